@@ -1,0 +1,32 @@
+// Quantized block formats (GGUF's layouts) on the CPU: conversion between float rows and stored rows.
+// The scalar backend defines the meaning of every weight type through these functions; faster CPU
+// backends and the synthetic-model generator reuse them.
+#pragma once
+
+#include <cellm/tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cellm::blocks {
+
+float fp16_to_fp32(uint16_t h);
+uint16_t fp32_to_fp16(float f);  // round to nearest even
+float bf16_to_fp32(uint16_t h);
+uint16_t fp32_to_bf16(float f);  // round to nearest even
+
+// True for the types dequantize_row and quantize_row handle: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+// Q4_K, Q5_K, Q6_K.
+bool supported(cellm_dtype type);
+
+// Bytes that `n` elements of `type` occupy; n must be a multiple of the type's block size.
+uint64_t row_bytes(cellm_dtype type, int64_t n);
+
+// Expands `n` stored elements (n a multiple of the block size) into floats, bit-exact with ggml.
+void dequantize_row(cellm_dtype type, const void* src, float* dst, int64_t n);
+
+// Stores `n` floats as `type`. A reference quantizer (round to nearest on per-block scales), not the
+// error-minimising search llama.cpp's quantize tool runs; good enough for synthetic models and tests.
+void quantize_row(cellm_dtype type, const float* src, void* dst, int64_t n);
+
+}  // namespace cellm::blocks
