@@ -1,0 +1,78 @@
+// The engine runs steps: it gathers the tokens of one or more sequences into one batch, makes sure each
+// sequence's page table covers the new positions, runs the step graph for that batch shape (prepared once
+// and cached) and returns the requested logits rows.
+#pragma once
+
+#include "backend.h"
+#include "kv_cache.h"
+#include "model.h"
+#include "step_graph.h"
+#include "weights.h"
+
+#include <map>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <vector>
+
+namespace cellm {
+
+struct EngineOptions {
+    int32_t context_length = 2048; // positions per sequence
+    int32_t block_size = 16;       // token slots per KV block
+    int32_t max_sequences = 1;     // sequences that must fit at full context at once
+    cellm_dtype kv_type = CELLM_TYPE_F16;
+};
+
+enum class LogitsWanted { None, Last, All };
+
+class Engine {
+public:
+    Engine(const Model& model, Backend& backend, const EngineOptions& options);
+    ~Engine();
+
+    int32_t create_sequence();
+    void release_sequence(int32_t sequence);
+    // Positions already in the KV cache for `sequence`.
+    int32_t sequence_length(int32_t sequence) const;
+    // Forgets positions >= n (they will be computed again), e.g. when a chat turn diverges from the cache.
+    void truncate(int32_t sequence, int32_t n);
+
+    struct Work {
+        int32_t sequence;
+        std::span<const int32_t> tokens;
+        LogitsWanted logits;
+    };
+    // Runs one step over all `work` items. Writes n_vocab floats per requested row into `logits`, in work
+    // order (Last: one row, All: one per token). Throws cellm::Error and leaves sequences unchanged when
+    // the step cannot run.
+    void step(std::span<const Work> work, std::vector<float>& logits);
+
+    int32_t n_vocab() const { return model_->info().n_vocab; }
+    int32_t context_length() const { return options_.context_length; }
+    const KvCache& kv_cache() const { return *kv_; }
+    const WeightStore& weights() const { return *weights_; }
+    const Model& model() const { return *model_; }
+    Backend& backend() const { return *backend_; }
+
+private:
+    struct Sequence {
+        bool live = false;
+        int32_t length = 0;
+        PageTable pages;
+    };
+    StepGraph& graph_for(const cellm_batch_shape& shape);
+
+    const Model* model_;
+    Backend* backend_;
+    EngineOptions options_;
+    std::unique_ptr<WeightStore> weights_;
+    std::unique_ptr<KvCache> kv_;
+    std::vector<Sequence> sequences_;
+    // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks), oldest evicted past a small bound.
+    std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, std::unique_ptr<StepGraph>> graphs_;
+    std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> graph_order_;
+    std::array<std::vector<int32_t>, CELLM_INPUT_COUNT> inputs_;
+};
+
+}  // namespace cellm

@@ -1,0 +1,120 @@
+#include "step_graph.h"
+
+#include "error.h"
+#include "host_api.h"
+
+namespace cellm {
+
+// The builder the arch appends nodes through; checks each node's sources as it arrives.
+struct GraphBuilderContext {
+    StepGraph* graph;
+    bool failed = false;
+
+    static int32_t add_node(void* ctx, const cellm_node* node) {
+        auto* self = static_cast<GraphBuilderContext*>(ctx);
+        try {
+            auto& nodes = self->graph->nodes_;
+            const auto n = static_cast<int32_t>(nodes.size());
+            for (int32_t s : node->src) {
+                if (s < -1 || s >= n) {
+                    self->failed = true;
+                    return -1;
+                }
+            }
+            nodes.push_back(*node);
+            if (node->name != nullptr) {
+                self->graph->names_.emplace_back(node->name);
+                nodes.back().name = self->graph->names_.back().c_str();
+            }
+            return n;
+        } catch (...) {
+            self->failed = true;
+            return -1;
+        }
+    }
+    static void add_output(void* ctx, int32_t node) {
+        auto* self = static_cast<GraphBuilderContext*>(ctx);
+        try {
+            self->graph->outputs_.push_back(node);
+        } catch (...) {
+            self->failed = true;
+        }
+    }
+};
+
+StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
+                     const cellm_batch_shape& shape)
+    : backend_(&backend) {
+    GraphBuilderContext ctx{this};
+    cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
+                                GraphBuilderContext::add_output};
+    const std::string arch = model.arch_plugin().name();
+    check(model.arch_plugin().arch()->build_graph(model.arch_model(), &shape, &builder), "arch '" + arch + "'");
+    if (ctx.failed) throw Error("arch '" + arch + "' built a malformed graph (a node refers to a later node)");
+    if (outputs_.size() != 1) throw Error("arch '" + arch + "' must declare exactly one graph output (the logits)");
+
+    const cellm_model_view& view = model.file().view();
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+        cellm_node& node = nodes_[i];
+        switch (node.op) {
+        case CELLM_OP_WEIGHT: {
+            const int32_t index = node.iparams[0];
+            if (index < 0 || static_cast<uint64_t>(index) >= view.n_tensors) {
+                throw Error("arch '" + arch + "' refers to tensor #" + std::to_string(index) + ", which does not exist");
+            }
+            node.tensor = weights.tensor(static_cast<uint64_t>(index));
+            node.type = node.tensor.type;
+            for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
+            if (!backend.iface().supports_type(backend.handle(), node.type)) {
+                throw Error(std::string("backend '") + backend.name() + "' does not support weight type " +
+                            dtype_name(node.type) + " (tensor '" +
+                            std::string(to_string_view(cellm_model_tensor(&view, static_cast<uint64_t>(index))->name)) + "')");
+            }
+            break;
+        }
+        case CELLM_OP_KV_CACHE:
+            if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer || node.iparams[1] < 0 || node.iparams[1] > 1) {
+                throw Error("arch '" + arch + "' refers to a KV cache layer that does not exist");
+            }
+            node.tensor = kv.tensor(node.iparams[0], node.iparams[1]);
+            node.type = node.tensor.type;
+            for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
+            break;
+        case CELLM_OP_INPUT:
+            if (node.iparams[0] < 0 || node.iparams[0] >= CELLM_INPUT_COUNT) {
+                throw Error("arch '" + arch + "' uses an unknown input kind " + std::to_string(node.iparams[0]));
+            }
+            input_nodes_.emplace_back(static_cast<int32_t>(i), static_cast<cellm_input_kind>(node.iparams[0]));
+            break;
+        default:
+            break;
+        }
+    }
+
+    cellm_graph graph{};
+    graph.struct_size = sizeof(graph);
+    graph.node_size = sizeof(cellm_node);
+    graph.n_nodes = static_cast<int32_t>(nodes_.size());
+    graph.nodes = nodes_.data();
+    graph.n_outputs = static_cast<int32_t>(outputs_.size());
+    graph.outputs = outputs_.data();
+    check(backend.iface().graph_prepare(backend.handle(), &graph, &plan_), std::string("backend '") + backend.name() + "'");
+}
+
+StepGraph::~StepGraph() {
+    if (plan_ != nullptr) backend_->iface().plan_free(backend_->handle(), plan_);
+}
+
+void StepGraph::execute(const std::array<std::vector<int32_t>, CELLM_INPUT_COUNT>& inputs, float* logits, size_t n_logits) {
+    std::vector<cellm_input_binding> bindings;
+    bindings.reserve(input_nodes_.size());
+    for (const auto& [node, kind] : input_nodes_) {
+        const auto& data = inputs[static_cast<size_t>(kind)];
+        bindings.push_back({node, data.data(), data.size() * sizeof(int32_t)});
+    }
+    cellm_output_binding out{outputs_[0], logits, n_logits * sizeof(float)};
+    check(backend_->iface().graph_execute(backend_->handle(), plan_, bindings.data(), bindings.size(), &out, 1),
+          std::string("backend '") + backend_->name() + "'");
+}
+
+}  // namespace cellm
