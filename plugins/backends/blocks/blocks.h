@@ -19,14 +19,20 @@ uint16_t fp32_to_bf16(float f);  // round to nearest even
 // Q4_K, Q5_K, Q6_K.
 bool supported(cellm_dtype type);
 
-// Bytes that `n` elements of `type` occupy; n must be a multiple of the type's block size.
+// Elements per block of a supported type (1 for F32/F16/BF16); 0 for an unsupported one.
+int64_t block_size(cellm_dtype type);
+
+// Bytes that `n` elements of `type` occupy; 0 when the type is unsupported or n is not a multiple of its
+// block size.
 uint64_t row_bytes(cellm_dtype type, int64_t n);
 
 // Expands `n` stored elements (n a multiple of the block size) into floats, bit-exact with ggml.
+// Throws std::invalid_argument for an unsupported type or a bad n.
 void dequantize_row(cellm_dtype type, const void* src, float* dst, int64_t n);
 
 // Stores `n` floats as `type`. A reference quantizer (round to nearest on per-block scales), not the
 // error-minimising search llama.cpp's quantize tool runs; good enough for synthetic models and tests.
+// Throws std::invalid_argument for an unsupported type or a bad n.
 void quantize_row(cellm_dtype type, const float* src, void* dst, int64_t n);
 
 }  // namespace cellm::blocks
