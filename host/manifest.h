@@ -1,0 +1,68 @@
+// The session manifest: one TOML file naming the model, the backend and its options, the context size, the
+// sampling defaults, the chat template and where plugins live. Loading validates everything up front, so a bad
+// manifest fails with one line "FILE:LINE:COL: KEY: message" before any model is touched.
+#pragma once
+
+#include "sampler.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cellm {
+
+struct ModelConfig {
+    std::filesystem::path path;  // absolute: ~ and ${VAR} expanded, relative paths taken from the manifest's folder
+    std::string format;          // empty: detect from the file's magic
+    std::string arch;            // empty: from the file's general.architecture
+};
+
+struct BackendConfig {
+    std::string name = "scalar";
+    int32_t threads = 1;  // defaults to the machine's physical cores
+    // Every [backend] key except name, as text, for the backend's create(); always holds "threads".
+    std::map<std::string, std::string> options;
+};
+
+struct ContextConfig {
+    int32_t length = 2048;    // tokens per sequence
+    int32_t block_size = 16;  // KV-cache block size in tokens, a power of two in 1..256
+};
+
+// How one sequence is generated. [sampling] gives the defaults; a per-session table may later override them.
+struct GenerationConfig {
+    SamplingParams sampling;  // seed: the manifest's, or drawn from std::random_device when not given
+    bool seed_given = false;
+    int32_t max_tokens = 256;
+    std::vector<std::string> stop;
+};
+
+struct ChatConfig {
+    std::string template_name = "auto";        // auto | chatml | llama3 | gemma | plain
+    std::optional<std::string> system_prompt;  // unset: the template's own default
+};
+
+struct Manifest {
+    std::filesystem::path source;  // the manifest file itself
+    ModelConfig model;
+    BackendConfig backend;
+    ContextConfig context;
+    GenerationConfig generation;
+    ChatConfig chat;
+    std::vector<std::filesystem::path> plugin_paths;  // resolved like model.path, in manifest order
+};
+
+// Reads and validates a manifest file. Throws cellm::Error with one line naming file, position and key.
+Manifest load_manifest(const std::filesystem::path& file);
+
+// Validates manifest text; `source` names it in errors and anchors relative paths (its parent folder).
+Manifest parse_manifest(std::string_view text, const std::filesystem::path& source);
+
+// The number of physical CPU cores (hyper-threads counted once), at least 1.
+int32_t physical_core_count();
+
+}  // namespace cellm

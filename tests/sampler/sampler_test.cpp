@@ -1,0 +1,191 @@
+#include "error.h"
+#include "sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+namespace cellm {
+namespace {
+
+// Only the filter under test is active; the others are set to their no-op values.
+SamplingParams plain(float temperature = 1.0f, uint64_t seed = 1) {
+    return {.temperature = temperature, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.0f,
+            .repeat_last_n = 0, .seed = seed};
+}
+
+// Logits whose softmax is exactly `probabilities`.
+std::vector<float> logits_of(std::vector<double> probabilities) {
+    std::vector<float> logits;
+    for (double p : probabilities) logits.push_back(static_cast<float>(std::log(p)));
+    return logits;
+}
+
+// Which tokens come out of `draws` samples, and how often.
+std::map<int32_t, int> histogram(const SamplingParams& params, const std::vector<float>& logits, int draws,
+                                 const std::vector<int32_t>& recent = {}) {
+    Sampler sampler(params);
+    std::map<int32_t, int> counts;
+    for (int i = 0; i < draws; ++i) ++counts[sampler.sample(logits, recent)];
+    return counts;
+}
+
+std::set<int32_t> support(const std::map<int32_t, int>& counts) {
+    std::set<int32_t> ids;
+    for (const auto& [id, n] : counts) ids.insert(id);
+    return ids;
+}
+
+TEST(Sampler, GreedyPicksTheLargestLogitLowestIdOnTies) {
+    Sampler sampler(plain(0.0f));
+    const std::vector<float> logits{1.0f, 3.0f, 2.0f, 3.0f};
+    EXPECT_EQ(sampler.sample(logits, {}), 1);
+    const std::vector<float> single{-5.0f};
+    EXPECT_EQ(sampler.sample(single, {}), 0);
+}
+
+TEST(Sampler, GreedyNeverPicksNaN) {
+    Sampler sampler(plain(0.0f));
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> logits{nan, -1.0f, nan};
+    EXPECT_EQ(sampler.sample(logits, {}), 1);
+}
+
+TEST(Sampler, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogits) {
+    SamplingParams params = plain(0.0f);
+    params.repeat_penalty = 2.0f;
+    params.repeat_last_n = 64;
+    Sampler sampler(params);
+    // 2.0 / 2 = 1.0 falls below 1.9.
+    const std::vector<float> positive{2.0f, 1.9f, -1.0f};
+    EXPECT_EQ(sampler.sample(positive, std::vector<int32_t>{0}), 1);
+    // -1.0 * 2 = -2.0 falls below -1.5.
+    const std::vector<float> negative{-1.0f, -1.5f};
+    EXPECT_EQ(sampler.sample(negative, std::vector<int32_t>{0}), 1);
+}
+
+TEST(Sampler, RepeatPenaltyAppliesOncePerTokenWhateverItsCount) {
+    SamplingParams params = plain(0.0f);
+    params.repeat_penalty = 2.0f;
+    params.repeat_last_n = 64;
+    Sampler sampler(params);
+    // Once: 4 / 2 = 2 > 1.5. Three times would give 0.5 < 1.5.
+    const std::vector<float> logits{4.0f, 1.5f};
+    EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{0, 0, 0}), 0);
+}
+
+TEST(Sampler, RepeatPenaltyLooksOnlyAtTheLastNTokens) {
+    SamplingParams params = plain(0.0f);
+    params.repeat_penalty = 10.0f;
+    params.repeat_last_n = 1;
+    Sampler sampler(params);
+    const std::vector<float> logits{3.0f, 2.0f, 1.0f};
+    EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{1, 2}), 0);  // token 0 is outside the window
+    EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{2, 0}), 1);
+}
+
+TEST(Sampler, TopKKeepsOnlyTheKBestTokens) {
+    SamplingParams params = plain();
+    params.top_k = 2;
+    const std::vector<float> logits{0.0f, 5.0f, 4.9f, 4.8f};
+    EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{1, 2}));
+}
+
+TEST(Sampler, TopPKeepsTheSmallestHeadReachingTheMass) {
+    const std::vector<float> logits = logits_of({0.5, 0.3, 0.15, 0.05});
+    SamplingParams params = plain();
+    params.top_p = 0.75f;  // 0.5 + 0.3 reaches it
+    EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{0, 1}));
+    params.top_p = 0.85f;  // needs the 0.15 too
+    EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{0, 1, 2}));
+    params.top_p = 0.4f;  // the best token alone
+    EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{0}));
+}
+
+TEST(Sampler, MinPDropsTokensLessThanAFractionOfTheBest) {
+    const std::vector<float> logits = logits_of({0.5, 0.3, 0.15, 0.05});
+    SamplingParams params = plain();
+    params.min_p = 0.25f;  // threshold 0.125
+    EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{0, 1, 2}));
+    params.min_p = 0.5f;  // threshold 0.25
+    EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{0, 1}));
+}
+
+TEST(Sampler, DrawFollowsTheSoftmaxAtTheGivenTemperature) {
+    const std::vector<float> logits{0.0f, static_cast<float>(std::log(3.0))};
+    constexpr int draws = 20000;
+    // Temperature 1: p(1) = 3 / 4.
+    EXPECT_NEAR(histogram(plain(1.0f, 7), logits, draws)[1] / double(draws), 0.75, 0.015);
+    // Temperature 2: p(1) = sqrt(3) / (1 + sqrt(3)).
+    EXPECT_NEAR(histogram(plain(2.0f, 7), logits, draws)[1] / double(draws), std::sqrt(3.0) / (1.0 + std::sqrt(3.0)),
+                0.015);
+    // A tiny temperature is all but greedy.
+    EXPECT_EQ(support(histogram(plain(0.01f, 7), logits, 500)), (std::set<int32_t>{1}));
+}
+
+TEST(Sampler, TopKOfOneEqualsGreedy) {
+    std::mt19937 random(3);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    SamplingParams params{.temperature = 1.5f, .top_k = 1, .top_p = 0.9f, .min_p = 0.05f, .repeat_penalty = 1.0f,
+                          .repeat_last_n = 64, .seed = 11};
+    Sampler sampled(params);
+    Sampler greedy(plain(0.0f));
+    for (int step = 0; step < 50; ++step) {
+        std::vector<float> logits(1000);
+        for (float& l : logits) l = normal(random);
+        EXPECT_EQ(sampled.sample(logits, {}), greedy.sample(logits, {}));
+    }
+}
+
+TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
+    const std::vector<float> logits{0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f};
+    SamplingParams params{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .repeat_penalty = 1.0f,
+                          .repeat_last_n = 0, .seed = 42};
+    const auto run = [&](uint64_t seed) {
+        params.seed = seed;
+        Sampler sampler(params);
+        std::vector<int32_t> tokens;
+        for (int i = 0; i < 64; ++i) tokens.push_back(sampler.sample(logits, {}));
+        return tokens;
+    };
+    EXPECT_EQ(run(42), run(42));
+    EXPECT_NE(run(42), run(43));
+}
+
+// The draw uses only mt19937_64's standardized bits, so this sequence is the same on every platform.
+TEST(Sampler, SeededSequenceIsPinned) {
+    const std::vector<float> logits{0.0f, 0.0f, 0.0f, 0.0f};
+    Sampler sampler(plain(1.0f, 42));
+    std::vector<int32_t> tokens;
+    for (int i = 0; i < 12; ++i) tokens.push_back(sampler.sample(logits, {}));
+    // Uniform weights: token = floor(4 * u), u = (engine() >> 11) * 2^-53.
+    std::mt19937_64 engine(42);
+    std::vector<int32_t> expected;
+    for (int i = 0; i < 12; ++i) expected.push_back(static_cast<int32_t>((engine() >> 11) >> 51));
+    EXPECT_EQ(tokens, expected);
+    EXPECT_EQ(tokens, (std::vector<int32_t>{3, 2, 3, 0, 3, 0, 2, 1, 1, 1, 0, 2}));
+}
+
+TEST(Sampler, RejectsBadInputWithAnError) {
+    Sampler sampler(plain());
+    EXPECT_THROW(sampler.sample({}, {}), Error);
+    SamplingParams params = plain();
+    params.repeat_penalty = 1.1f;
+    params.repeat_last_n = 8;
+    Sampler penalized(params);
+    const std::vector<float> logits{1.0f, 2.0f};
+    try {
+        penalized.sample(logits, std::vector<int32_t>{5});
+        FAIL() << "expected cellm::Error";
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "sampler: recent token id 5 outside the vocabulary of 2");
+    }
+}
+
+}  // namespace
+}  // namespace cellm
