@@ -1,0 +1,83 @@
+#include "forward.hpp"
+
+#include "plugin_host.hpp"
+
+#include <cmath>
+#include <string>
+
+namespace cellm::llama {
+namespace {
+
+void check_shape(const cellm_batch_shape& s) {
+    const bool ok = s.n_tokens > 0 && s.n_seqs > 0 && s.max_blocks > 0 && s.block_size > 0 && s.n_outputs > 0 &&
+                    s.n_outputs <= s.n_tokens;
+    if (!ok) {
+        throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT,
+                              "bad batch shape: n_tokens " + std::to_string(s.n_tokens) + ", n_seqs " +
+                                  std::to_string(s.n_seqs) + ", n_outputs " + std::to_string(s.n_outputs) +
+                                  ", max_blocks " + std::to_string(s.max_blocks) + ", block_size " +
+                                  std::to_string(s.block_size));
+    }
+}
+
+}  // namespace
+
+void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g) {
+    check_shape(shape);
+    const Hparams& hp = model.hp;
+    const int64_t n_tokens = shape.n_tokens;
+
+    // Per-step inputs.
+    const int32_t tokens = g.input(CELLM_INPUT_TOKENS, n_tokens, 1, "tokens");
+    const int32_t positions = g.input(CELLM_INPUT_POSITIONS, n_tokens, 1, "positions");
+    const int32_t token_seq = g.input(CELLM_INPUT_TOKEN_SEQ, n_tokens, 1, "token_seq");
+    const int32_t slots = g.input(CELLM_INPUT_SLOTS, n_tokens, 1, "slots");
+    const int32_t block_table = g.input(CELLM_INPUT_BLOCK_TABLE, shape.max_blocks, shape.n_seqs, "block_table");
+    const int32_t output_rows = g.input(CELLM_INPUT_OUTPUT_ROWS, shape.n_outputs, 1, "output_rows");
+
+    const int32_t rope_freqs = model.rope_freqs == kAbsent ? -1 : g.weight(model.rope_freqs);
+    const float attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
+
+    int32_t x = g.get_rows(g.weight(model.token_embd), tokens, "inp_embd");  // [n_embd, n_tokens]
+
+    for (int32_t il = 0; il < hp.n_layer; ++il) {
+        const Layer& layer = model.layers[static_cast<size_t>(il)];
+        const std::string blk = "blk." + std::to_string(il) + ".";
+
+        // Attention: rmsnorm, QKV projections, RoPE, cache the new K/V, attend, project back, residual.
+        int32_t h = g.rms_norm(x, g.weight(layer.attn_norm), hp.rms_eps, blk + "attn_norm");
+        int32_t q = g.linear(layer.attn_q, layer.attn_q_bias, h, blk + "attn_q");
+        int32_t k = g.linear(layer.attn_k, layer.attn_k_bias, h, blk + "attn_k");
+        const int32_t v = g.linear(layer.attn_v, layer.attn_v_bias, h, blk + "attn_v");
+
+        q = g.reshape(q, {hp.head_dim, hp.n_head, n_tokens, 1}, blk + "q_heads");
+        k = g.reshape(k, {hp.head_dim, hp.n_head_kv, n_tokens, 1}, blk + "k_heads");
+        q = g.rope(q, positions, rope_freqs, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale,
+                   blk + "q_rope");
+        k = g.rope(k, positions, rope_freqs, hp.n_rot, hp.rope_mode, hp.rope_freq_base, hp.rope_freq_scale,
+                   blk + "k_rope");
+        k = g.reshape(k, {hp.kv_dim(), n_tokens, 1, 1}, blk + "k_rows");
+
+        const int32_t k_pool = g.kv_store(g.kv_cache(il, 0, hp.kv_dim(), blk + "k_cache"), k, slots, blk + "k_store");
+        const int32_t v_pool = g.kv_store(g.kv_cache(il, 1, hp.kv_dim(), blk + "v_cache"), v, slots, blk + "v_store");
+        const int32_t attn = g.attention({q, k_pool, v_pool, block_table, token_seq, positions, hp.n_head,
+                                          hp.n_head_kv, hp.head_dim, shape.block_size, attention_scale},
+                                         blk + "attn");
+        x = g.add(x, g.linear(layer.attn_output, layer.attn_output_bias, attn, blk + "attn_output"),
+                  blk + "attn_residual");
+
+        // Feed-forward: rmsnorm, SwiGLU, down projection, residual.
+        h = g.rms_norm(x, g.weight(layer.ffn_norm), hp.rms_eps, blk + "ffn_norm");
+        const int32_t gate = g.matmul(g.weight(layer.ffn_gate), h, blk + "ffn_gate");
+        const int32_t up = g.matmul(g.weight(layer.ffn_up), h, blk + "ffn_up");
+        const int32_t ff = g.swiglu(gate, up, blk + "ffn_swiglu");
+        x = g.add(x, g.matmul(g.weight(layer.ffn_down), ff, blk + "ffn_down"), blk + "ffn_residual");
+    }
+
+    // Classifier over the rows whose logits are wanted.
+    x = g.get_rows(x, output_rows, "output_rows");
+    x = g.rms_norm(x, g.weight(model.output_norm), hp.rms_eps, "output_norm");
+    g.output(g.matmul(g.weight(model.output), x, "logits"));
+}
+
+}  // namespace cellm::llama

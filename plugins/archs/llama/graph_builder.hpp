@@ -1,0 +1,58 @@
+// Node construction for the forward graph: one call per op, each computing its output shape from its
+// sources, so the forward reads like the model's equations. Failures throw plugin::Failure.
+#pragma once
+
+#include <cellm/arch.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cellm::llama {
+
+class GraphBuilder {
+public:
+    using Shape = std::array<int64_t, CELLM_MAX_DIMS>;
+
+    GraphBuilder(const cellm_graph_builder& builder, const cellm_model_view& view) : builder_(builder), view_(view) {}
+
+    // Leaves.
+    int32_t input(cellm_input_kind kind, int64_t ne0, int64_t ne1, const std::string& name);
+    int32_t weight(int32_t tensor);  // named after the tensor
+    int32_t kv_cache(int32_t layer, int32_t value, int64_t kv_dim, const std::string& name);
+
+    // Ops (see graph.h for their meaning).
+    int32_t get_rows(int32_t table, int32_t rows, const std::string& name);
+    int32_t matmul(int32_t w, int32_t x, const std::string& name);
+    // y = W x (+ b when bias is not kAbsent): the weight and bias are tensor indices.
+    int32_t linear(int32_t w_tensor, int32_t bias_tensor, int32_t x, const std::string& name);
+    int32_t add(int32_t a, int32_t b, const std::string& name);
+    int32_t rms_norm(int32_t x, int32_t w, float eps, const std::string& name);
+    int32_t swiglu(int32_t gate, int32_t up, const std::string& name);
+    int32_t reshape(int32_t x, Shape ne, const std::string& name);
+    int32_t rope(int32_t x, int32_t positions, int32_t freq_factors, int32_t n_rot, cellm_rope_mode mode,
+                 float freq_base, float freq_scale, const std::string& name);
+    int32_t kv_store(int32_t pool, int32_t rows, int32_t slots, const std::string& name);
+
+    struct Attention {
+        int32_t q, k_pool, v_pool, block_table, token_seq, positions;
+        int32_t n_head, n_head_kv, head_dim, block_size;
+        float scale;
+    };
+    int32_t attention(const Attention& a, const std::string& name);
+
+    void output(int32_t node) { builder_.add_output(builder_.ctx, node); }
+
+    const Shape& shape(int32_t node) const { return shapes_.at(static_cast<size_t>(node)); }
+
+private:
+    cellm_node make(cellm_op op, Shape ne, std::initializer_list<int32_t> src) const;
+    int32_t append(const cellm_node& node, const std::string& name);
+
+    const cellm_graph_builder& builder_;
+    const cellm_model_view& view_;
+    std::vector<Shape> shapes_;  // by node index, for the ops that derive their shape from a source
+};
+
+}  // namespace cellm::llama
