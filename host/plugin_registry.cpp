@@ -75,6 +75,8 @@ std::string check_iface(const cellm_plugin_desc& d) {
 
 }  // namespace
 
+PluginRegistry::PluginRegistry() = default;
+
 PluginRegistry::~PluginRegistry() {
     // Unload in reverse order of loading.
     while (!libraries_.empty()) libraries_.pop_back();

@@ -36,7 +36,7 @@ const char* plugin_kind_name(cellm_plugin_kind kind);
 // libraries are unloaded in the destructor.
 class PluginRegistry {
 public:
-    PluginRegistry() = default;
+    PluginRegistry();
     ~PluginRegistry();
     PluginRegistry(const PluginRegistry&) = delete;
     PluginRegistry& operator=(const PluginRegistry&) = delete;

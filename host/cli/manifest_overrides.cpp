@@ -1,0 +1,37 @@
+#include "manifest_overrides.h"
+
+#include "error.h"
+
+namespace cellm::cli {
+
+void ManifestOverrides::add_to(CLI::App& app) {
+    app.add_option("--manifest", manifest, "TOML manifest that wires model, backend and sampling")->required();
+    app.add_option("--model", model, "Model file (overrides [model].path)");
+    app.add_option("--backend", backend, "Backend plugin name (overrides [backend].name)");
+    app.add_option("--threads", threads, "Backend threads (overrides [backend].threads)")->check(CLI::PositiveNumber);
+    app.add_option("--max-tokens", max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
+    app.add_option("--temperature", temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
+    app.add_option("--seed", seed, "Sampling seed (same seed, same output)");
+    app.add_option("--context", context, "Context length in tokens")->check(CLI::PositiveNumber);
+}
+
+Manifest ManifestOverrides::load() const {
+    Manifest m = load_manifest(manifest);
+    if (model) {
+        m.model.path = *model;
+        m.model.format.clear();  // the manifest's format and arch described its own model
+        m.model.arch.clear();
+    }
+    if (backend) m.backend.name = *backend;
+    if (threads) m.backend.threads = *threads;
+    if (max_tokens) m.generation.max_tokens = *max_tokens;
+    if (temperature) m.generation.sampling.temperature = *temperature;
+    if (seed) {
+        m.generation.sampling.seed = *seed;
+        m.generation.seed_given = true;
+    }
+    if (context) m.context.length = *context;
+    return m;
+}
+
+}  // namespace cellm::cli

@@ -1,0 +1,67 @@
+// cellm-host plugins: what discovery found, what each plugin supports, and which files it skipped and why.
+#include "commands.h"
+
+#include "backend.h"
+#include "model_file.h"
+#include "plugin_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace cellm::cli {
+
+namespace {
+
+std::string backend_capabilities(const Plugin& plugin) {
+    std::string out;
+    try {
+        Backend backend(plugin, {});
+        for (int t = 0; t < CELLM_TYPE_COUNT_GGUF; ++t) {
+            const auto type = static_cast<cellm_dtype>(t);
+            if (cellm_dtype_block_size(type) == 0 || type == CELLM_TYPE_I32) continue;
+            if (backend.iface().supports_type(backend.handle(), type)) out += (out.empty() ? "" : " ") + std::string(dtype_name(type));
+        }
+        out = "weights: " + out + "; device: " + backend.info().device_name;
+    } catch (const std::exception& e) {
+        out = std::string("unavailable: ") + e.what();
+    }
+    if (auto describe = plugin.backend()->describe) {
+        describe([](void* user, const char* line) { *static_cast<std::string*>(user) += std::string("\n      ") + line; }, &out);
+    }
+    return out;
+}
+
+std::string arch_capabilities(const Plugin& plugin) {
+    std::string out = "architectures:";
+    for (const char* const* a = plugin.arch()->architectures; *a != nullptr; ++a) out += std::string(" ") + *a;
+    return out;
+}
+
+}  // namespace
+
+Command add_plugins(CLI::App& app) {
+    auto paths = std::make_shared<std::vector<std::string>>();
+    app.add_option("--path", *paths, "Extra plugin folders to search");
+    return [paths]() {
+        PluginRegistry registry;
+        registry.discover({paths->begin(), paths->end()});
+        for (const Plugin* p : registry.all()) {
+            std::printf("%-8s %-10s %-8s abi %u.%u  %s\n", plugin_kind_name(p->kind()), p->name(), p->desc->version,
+                        p->desc->abi_major, p->desc->abi_minor, p->file.c_str());
+            if (p->desc->description != nullptr) std::printf("      %s\n", p->desc->description);
+            std::string caps;
+            if (p->kind() == CELLM_PLUGIN_BACKEND) caps = backend_capabilities(*p);
+            if (p->kind() == CELLM_PLUGIN_ARCH) caps = arch_capabilities(*p);
+            if (!caps.empty()) std::printf("      %s\n", caps.c_str());
+        }
+        for (const SkippedFile& s : registry.skipped()) std::printf("skipped  %s: %s\n", s.file.c_str(), s.reason.c_str());
+        if (registry.all().empty()) std::printf("no plugins found (searched %s/plugins and CELLM_PLUGIN_PATH)\n",
+                                                executable_dir().c_str());
+        return 0;
+    };
+}
+
+}  // namespace cellm::cli

@@ -1,0 +1,35 @@
+#include "runtime.h"
+
+#include "error.h"
+
+namespace cellm {
+
+OptionList backend_options(const BackendConfig& config) {
+    OptionList options{{"threads", std::to_string(config.threads)}};
+    for (const auto& [key, value] : config.options) options.emplace_back(key, value);
+    return options;
+}
+
+Runtime::Runtime(const Manifest& manifest, int32_t max_sequences) : manifest_(manifest) {
+    registry_.discover(manifest.plugin_paths);
+    model_ = Model::load(registry_, manifest.model.path, manifest.model.format, manifest.model.arch);
+    const Plugin* backend = registry_.find(CELLM_PLUGIN_BACKEND, manifest.backend.name);
+    if (backend == nullptr) {
+        throw Error("unknown backend '" + manifest.backend.name + "' (backend plugins: " +
+                    registry_.names(CELLM_PLUGIN_BACKEND) + ")");
+    }
+    backend_ = std::make_unique<Backend>(*backend, backend_options(manifest.backend));
+    EngineOptions options;
+    options.context_length = manifest.context.length;
+    options.block_size = manifest.context.block_size;
+    options.max_sequences = max_sequences;
+    engine_ = std::make_unique<Engine>(*model_, *backend_, options);
+}
+
+Runtime::~Runtime() {
+    engine_.reset();
+    backend_.reset();
+    model_.reset();
+}
+
+}  // namespace cellm

@@ -1,0 +1,39 @@
+// Everything a manifest wires together, built in dependency order and torn down in reverse: the plugin
+// registry, the model, the backend and the engine.
+#pragma once
+
+#include "backend.h"
+#include "engine.h"
+#include "manifest.h"
+#include "model.h"
+#include "plugin_registry.h"
+
+#include <memory>
+
+namespace cellm {
+
+class Runtime {
+public:
+    // Discovers plugins (default folder, CELLM_PLUGIN_PATH, the manifest's [plugins].paths), loads the model,
+    // creates the backend and the engine. Throws cellm::Error with one clear line.
+    explicit Runtime(const Manifest& manifest, int32_t max_sequences = 1);
+    ~Runtime();
+
+    const Manifest& manifest() const { return manifest_; }
+    const PluginRegistry& registry() const { return registry_; }
+    const Model& model() const { return *model_; }
+    Backend& backend() const { return *backend_; }
+    Engine& engine() const { return *engine_; }
+
+private:
+    Manifest manifest_;
+    PluginRegistry registry_;  // first member to live, last to go: plugins stay loaded while objects exist
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<Engine> engine_;
+};
+
+// The backend options a manifest's [backend] table carries, as strings.
+OptionList backend_options(const BackendConfig& config);
+
+}  // namespace cellm
