@@ -1,0 +1,244 @@
+#include "kernels.hpp"
+
+#include "blocks.h"
+#include "plugin_host.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace cellm::scalar {
+namespace {
+
+using plugin::Failure;
+
+struct Context {
+    Plan& plan;
+    int32_t index;
+    const Node& node;
+    const Node& src(int k) const { return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])]; }
+    bool has(int k) const { return node.src[static_cast<size_t>(k)] >= 0; }
+    [[noreturn]] void fail(const std::string& what) const {
+        throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: " + describe(plan, index) + ": " + what);
+    }
+};
+
+float dot(const float* a, const float* b, int64_t n) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    return static_cast<float>(sum);
+}
+
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float gelu(float x) {
+    constexpr float sqrt_2_over_pi = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * x * x * x)));
+}
+
+// Row (i1, i2, i3) of a tensor broadcast to a larger shape: dims of size 1 repeat.
+const float* broadcast_row(const Node& t, int64_t i1, int64_t i2, int64_t i3) {
+    const int64_t r = (t.ne[1] == 1 ? 0 : i1) + t.ne[1] * ((t.ne[2] == 1 ? 0 : i2) + t.ne[2] * (t.ne[3] == 1 ? 0 : i3));
+    return t.f32() + r * t.ne[0];
+}
+
+// out = a op b with b broadcast; also the weight multiply of RMS_NORM (a = out).
+template <class Op>
+void broadcast_apply(const Node& out, const float* a, const Node& b, Op op) {
+    for (int64_t i3 = 0; i3 < out.ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < out.ne[2]; ++i2)
+            for (int64_t i1 = 0; i1 < out.ne[1]; ++i1) {
+                const int64_t row = out.ne[0] * (i1 + out.ne[1] * (i2 + out.ne[2] * i3));
+                const float* rb = broadcast_row(b, i1, i2, i3);
+                const int64_t step = b.ne[0] == 1 ? 0 : 1;
+                for (int64_t i0 = 0; i0 < out.ne[0]; ++i0) out.f32()[row + i0] = op(a[row + i0], rb[i0 * step]);
+            }
+}
+
+template <class F>
+void map(const Context& c, F f) {
+    const float* x = c.src(0).f32();
+    float* y = c.node.f32();
+    for (int64_t i = 0; i < c.node.nelements(); ++i) y[i] = f(x[i]);
+}
+
+void get_rows(const Context& c) {
+    const Node& table = c.src(0);
+    const int32_t* ids = c.src(1).i32();
+    const uint64_t row_bytes = blocks::row_bytes(table.type, table.ne[0]);
+    for (int64_t i = 0; i < c.node.ne[1]; ++i) {
+        if (ids[i] < 0 || ids[i] >= table.ne[1])
+            c.fail("row id " + std::to_string(ids[i]) + " at " + std::to_string(i) + " is outside [0, " +
+                   std::to_string(table.ne[1]) + ")");
+        blocks::dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * row_bytes,
+                               c.node.f32() + i * table.ne[0], table.ne[0]);
+    }
+}
+
+// y = W x: each weight row is expanded once and dotted with every column of x.
+void matmul(const Context& c) {
+    const Node& w = c.src(0);
+    const Node& x = c.src(1);
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
+    const uint64_t row_bytes = blocks::row_bytes(w.type, k);
+    float* row = c.plan.row.data();
+    for (int64_t r = 0; r < m; ++r) {
+        blocks::dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * row_bytes, row, k);
+        for (int64_t col = 0; col < n; ++col) c.node.f32()[col * m + r] = dot(row, x.f32() + col * k, k);
+    }
+}
+
+void rms_norm(const Context& c) {
+    const Node& x = c.src(0);
+    const int64_t n = x.ne[0];
+    const float eps = c.node.fparams[0];
+    for (int64_t r = 0; r < x.rows(); ++r) {
+        const float* in = x.f32() + r * n;
+        float* out = c.node.f32() + r * n;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(in[i]) * static_cast<double>(in[i]);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
+        for (int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
+    }
+    if (c.has(1)) broadcast_apply(c.node, c.node.f32(), c.src(1), [](float a, float w) { return a * w; });
+}
+
+void glu(const Context& c) {
+    const float* gate = c.src(0).f32();
+    const float* up = c.src(1).f32();
+    const bool use_gelu = c.node.iparams[0] == 1;
+    for (int64_t i = 0; i < c.node.nelements(); ++i) c.node.f32()[i] = (use_gelu ? gelu(gate[i]) : silu(gate[i])) * up[i];
+}
+
+// theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i rotates pair i; dims >= n_rot pass through.
+void rope(const Context& c) {
+    const Node& x = c.src(0);
+    const int32_t* pos = c.src(1).i32();
+    const int64_t head_dim = x.ne[0], n_heads = x.ne[1], half = c.node.iparams[0] / 2;
+    const bool adjacent = c.node.iparams[1] == CELLM_ROPE_ADJACENT;
+    const double base = c.node.fparams[0], scale = c.node.fparams[1];
+    const float* factors = c.has(2) ? c.src(2).f32() : nullptr;
+    float* cos_sin = c.plan.row.data();  // cos in [0, half), sin in [half, 2 half)
+    for (int64_t t = 0; t < x.ne[2]; ++t) {
+        for (int64_t i = 0; i < half; ++i) {
+            double theta = pos[t] * scale * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
+            if (factors != nullptr) theta /= factors[i];
+            cos_sin[i] = static_cast<float>(std::cos(theta));
+            cos_sin[half + i] = static_cast<float>(std::sin(theta));
+        }
+        for (int64_t h = 0; h < n_heads; ++h) {
+            const float* in = x.f32() + (t * n_heads + h) * head_dim;
+            float* out = c.node.f32() + (t * n_heads + h) * head_dim;
+            std::copy(in, in + head_dim, out);
+            for (int64_t i = 0; i < half; ++i) {
+                const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+                const float cs = cos_sin[i], sn = cos_sin[half + i];
+                out[a] = in[a] * cs - in[b] * sn;
+                out[b] = in[a] * sn + in[b] * cs;
+            }
+        }
+    }
+}
+
+void kv_store(const Context& c) {
+    const Node& pool = c.node;  // aliases src0's storage
+    const Node& rows = c.src(1);
+    const int32_t* slots = c.src(2).i32();
+    const int64_t n_tokens = rows.ne[1], n_slots = pool.ne[1];
+    // Check every slot before writing any, so a bad batch leaves the cache untouched.
+    for (int64_t t = 0; t < n_tokens; ++t)
+        if (slots[t] < 0 || slots[t] >= n_slots)
+            c.fail("slot " + std::to_string(slots[t]) + " of token " + std::to_string(t) + " is outside [0, " +
+                   std::to_string(n_slots) + ")");
+    const uint64_t row_bytes = blocks::row_bytes(pool.type, pool.ne[0]);
+    for (int64_t t = 0; t < n_tokens; ++t)
+        blocks::quantize_row(pool.type, rows.f32() + t * rows.ne[0], pool.data + static_cast<uint64_t>(slots[t]) * row_bytes,
+                             pool.ne[0]);
+}
+
+// Part of one pool row as floats.
+const float* pool_segment(const Node& pool, int64_t slot, int64_t offset, int64_t n, float* scratch) {
+    if (pool.type == CELLM_TYPE_F32) return pool.f32() + slot * pool.ne[0] + offset;
+    blocks::dequantize_row(pool.type, pool.data + (slot * pool.ne[0] + offset) * 2, scratch, n);
+    return scratch;
+}
+
+void attention(const Context& c) {
+    const Node& q = c.src(0);
+    const Node& k_pool = c.src(1);
+    const Node& v_pool = c.src(2);
+    const Node& table = c.src(3);
+    const int32_t* seq_of = c.src(4).i32();
+    const int32_t* pos_of = c.src(5).i32();
+    const int64_t n_head = c.node.iparams[0], group = n_head / c.node.iparams[1], head_dim = c.node.iparams[2];
+    const int64_t block_size = c.node.iparams[3], window = c.node.iparams[4];
+    const int64_t max_blocks = table.ne[0], n_seqs = table.ne[1];
+    const int64_t n_slots = std::min(k_pool.ne[1], v_pool.ne[1]);
+    const float scale = c.node.fparams[0], cap = c.node.fparams[1];
+    float* scores = c.plan.scores.data();
+    float* kv_row = c.plan.row.data();
+    float* acc = c.plan.row.data() + head_dim;
+
+    for (int64_t t = 0; t < q.ne[2]; ++t) {
+        const int64_t r = seq_of[t], p = pos_of[t];
+        if (r < 0 || r >= n_seqs)
+            c.fail("token " + std::to_string(t) + " belongs to sequence row " + std::to_string(r) + ", outside [0, " +
+                   std::to_string(n_seqs) + ")");
+        if (p < 0 || p / block_size >= max_blocks)
+            c.fail("position " + std::to_string(p) + " of token " + std::to_string(t) + " is outside the block table");
+        const int32_t* blocks_of = table.i32() + r * max_blocks;
+        const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+        for (int64_t b = first / block_size; b <= p / block_size; ++b)
+            if (blocks_of[b] < 0 || (blocks_of[b] + 1) * block_size > n_slots)
+                c.fail("block table entry " + std::to_string(blocks_of[b]) + " (sequence row " + std::to_string(r) +
+                       ", block " + std::to_string(b) + ") is not a block of the KV pool");
+        auto slot = [&](int64_t j) { return blocks_of[j / block_size] * block_size + j % block_size; };
+
+        for (int64_t h = 0; h < n_head; ++h) {
+            const float* qh = q.f32() + (t * n_head + h) * head_dim;
+            const int64_t kv_offset = (h / group) * head_dim;
+            float best = -INFINITY;
+            for (int64_t j = first; j <= p; ++j) {
+                float s = scale * dot(qh, pool_segment(k_pool, slot(j), kv_offset, head_dim, kv_row), head_dim);
+                if (cap > 0.0f) s = cap * std::tanh(s / cap);
+                scores[j - first] = s;
+                best = std::max(best, s);
+            }
+            float sum = 0.0f;
+            for (int64_t j = first; j <= p; ++j) {
+                scores[j - first] = std::exp(scores[j - first] - best);
+                sum += scores[j - first];
+            }
+            std::fill(acc, acc + head_dim, 0.0f);
+            for (int64_t j = first; j <= p; ++j) {
+                const float w = scores[j - first] / sum;
+                const float* v = pool_segment(v_pool, slot(j), kv_offset, head_dim, kv_row);
+                for (int64_t d = 0; d < head_dim; ++d) acc[d] += w * v[d];
+            }
+            std::copy(acc, acc + head_dim, c.node.f32() + t * n_head * head_dim + h * head_dim);
+        }
+    }
+}
+
+}  // namespace
+
+void run_node(Plan& plan, int32_t index) {
+    const Context c{plan, index, plan.nodes[static_cast<size_t>(index)]};
+    switch (c.node.op) {
+    case CELLM_OP_GET_ROWS: get_rows(c); break;
+    case CELLM_OP_MATMUL: matmul(c); break;
+    case CELLM_OP_ADD: broadcast_apply(c.node, c.src(0).f32(), c.src(1), [](float a, float b) { return a + b; }); break;
+    case CELLM_OP_MUL: broadcast_apply(c.node, c.src(0).f32(), c.src(1), [](float a, float b) { return a * b; }); break;
+    case CELLM_OP_SCALE: map(c, [s = c.node.fparams[0]](float x) { return x * s; }); break;
+    case CELLM_OP_RMS_NORM: rms_norm(c); break;
+    case CELLM_OP_SILU: map(c, silu); break;
+    case CELLM_OP_GELU: map(c, gelu); break;
+    case CELLM_OP_TANH: map(c, [](float x) { return std::tanh(x); }); break;
+    case CELLM_OP_GLU: glu(c); break;
+    case CELLM_OP_ROPE: rope(c); break;
+    case CELLM_OP_KV_STORE: kv_store(c); break;
+    case CELLM_OP_ATTENTION: attention(c); break;
+    default: break;  // leaves, inputs (copied in by execute) and RESHAPE (an alias) do no work
+    }
+}
+
+}  // namespace cellm::scalar

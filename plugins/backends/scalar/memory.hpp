@@ -1,0 +1,36 @@
+// Host memory of the scalar backend: 64-byte aligned allocations and buffers (owned or borrowed).
+#pragma once
+
+#include <cellm/backend.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace cellm::scalar {
+
+inline constexpr size_t alignment = 64;
+
+// An aligned byte array allocated once.
+class AlignedBytes {
+public:
+    AlignedBytes() = default;
+    explicit AlignedBytes(uint64_t size);
+    std::byte* data() const { return data_.get(); }
+
+private:
+    struct Free {
+        void operator()(std::byte* p) const;
+    };
+    std::unique_ptr<std::byte, Free> data_;
+};
+
+}  // namespace cellm::scalar
+
+// The ABI's opaque buffer handle.
+struct cellm_buffer {
+    std::byte* data = nullptr;
+    uint64_t size = 0;
+    bool writable = true;            // false for wrapped host memory
+    cellm::scalar::AlignedBytes owned;  // empty when wrapping
+};
