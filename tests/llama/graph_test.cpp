@@ -1,5 +1,5 @@
 // The graph the llama plugin builds for one step, checked through a recording builder.
-#include "arch_plugin.hpp"
+#include "plugin_library.hpp"
 #include "fake_model.hpp"
 
 #include <gtest/gtest.h>
@@ -34,7 +34,7 @@ protected:
     }
     const cellm_node& src(const cellm_node& n, int s) { return builder.nodes.at(static_cast<size_t>(n.src[s])); }
 
-    ArchPlugin plugin;
+    PluginLibrary plugin{"llama"};
     RecordingBuilder builder;
     // 5 tokens of 2 sequences, logits for 2 of them.
     cellm_batch_shape step{0, 5, 2, 2, 3, 16};

@@ -1,6 +1,6 @@
 // Loading hand-built model views through the llama plugin: hyperparameters, tied/untied output, and one clear
 // error for each kind of bad input.
-#include "arch_plugin.hpp"
+#include "plugin_library.hpp"
 #include "fake_model.hpp"
 #include "host_api.h"
 
@@ -26,7 +26,7 @@ protected:
         return o;
     }
 
-    ArchPlugin plugin;
+    PluginLibrary plugin{"llama"};
 };
 
 TEST_F(LlamaLoad, DescribesItself) {

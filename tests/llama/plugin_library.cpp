@@ -1,4 +1,4 @@
-#include "arch_plugin.hpp"
+#include "plugin_library.hpp"
 
 #include "host_api.h"
 
@@ -8,8 +8,8 @@
 
 namespace cellm::testing {
 
-ArchPlugin::ArchPlugin() {
-    const std::string path = std::string(CELLM_PLUGIN_DIR) + "/cellm-llama.so";
+PluginLibrary::PluginLibrary(const std::string& name) {
+    const std::string path = std::string(CELLM_PLUGIN_DIR) + "/cellm-" + name + ".so";
     handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ == nullptr) throw std::runtime_error("dlopen " + path + ": " + dlerror());
     entry_ = reinterpret_cast<cellm_plugin_entry_fn>(dlsym(handle_, CELLM_PLUGIN_ENTRY_SYMBOL));
@@ -18,7 +18,7 @@ ArchPlugin::ArchPlugin() {
     if (desc_ == nullptr) throw std::runtime_error(path + " refused ABI major " + std::to_string(CELLM_ABI_MAJOR));
 }
 
-ArchPlugin::~ArchPlugin() {
+PluginLibrary::~PluginLibrary() {
     if (handle_ != nullptr) dlclose(handle_);
 }
 

@@ -1,5 +1,5 @@
-// The llama arch plugin loaded the way the host loads it (dlopen, entry point with the host's services), and a
-// builder that records the nodes an arch appends.
+// A built plugin loaded the way the host loads it (dlopen, entry point with the host's services), and a builder
+// that records the nodes an arch appends.
 #pragma once
 
 #include <cellm/cellm.h>
@@ -10,15 +10,17 @@
 
 namespace cellm::testing {
 
-class ArchPlugin {
+class PluginLibrary {
 public:
-    ArchPlugin();  // loads CELLM_PLUGIN_DIR/cellm-llama.so; throws std::runtime_error on failure
-    ~ArchPlugin();
-    ArchPlugin(const ArchPlugin&) = delete;
-    ArchPlugin& operator=(const ArchPlugin&) = delete;
+    // Loads CELLM_PLUGIN_DIR/cellm-<name>.so; throws std::runtime_error on failure.
+    explicit PluginLibrary(const std::string& name);
+    ~PluginLibrary();
+    PluginLibrary(const PluginLibrary&) = delete;
+    PluginLibrary& operator=(const PluginLibrary&) = delete;
 
     const cellm_plugin_desc& desc() const { return *desc_; }
     const cellm_arch_iface& arch() const { return *static_cast<const cellm_arch_iface*>(desc_->iface); }
+    const cellm_format_iface& format() const { return *static_cast<const cellm_format_iface*>(desc_->iface); }
     cellm_plugin_entry_fn entry() const { return entry_; }
 
 private:
