@@ -1,4 +1,4 @@
-// The reference forward on the real SmolLM2-135M-Instruct file, against logits from an independent numpy forward
+// The llama plugin and the reference forward on the real SmolLM2-135M-Instruct file, against logits from an independent numpy forward
 // (make_smollm2_logits.py: gguf-py dequantization, Hugging Face rope layout). Skipped when the model has not
 // been fetched (scripts/fetch_models.sh) or the gguf plugin is not built.
 #include "host_api.h"
@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <stdexcept>
 
 namespace cellm::testing {
 namespace {
@@ -25,22 +26,50 @@ fs::path models_dir() {
     return fs::path(home != nullptr ? home : "") / ".cache/cellm/models";
 }
 
-TEST(ReferenceForwardSmolLM2, MatchesIndependentNumpyForward) {
+nlohmann::json expected_logits() {
     std::ifstream data(fs::path(CELLM_LLAMA_TEST_DATA) / "smollm2_reference_logits.json");
-    ASSERT_TRUE(data) << "missing test data";
-    const nlohmann::json expected = nlohmann::json::parse(data);
-    const fs::path model_path = models_dir() / expected.at("model").get<std::string>();
-    if (!fs::exists(model_path)) GTEST_SKIP() << model_path << " not fetched";
-    if (!fs::exists(fs::path(CELLM_PLUGIN_DIR) / "cellm-gguf.so")) GTEST_SKIP() << "gguf plugin not built";
+    if (!data) throw std::runtime_error("missing smollm2_reference_logits.json");
+    return nlohmann::json::parse(data);
+}
 
-    const PluginLibrary gguf("gguf");
+// The SmolLM2 file opened through the gguf plugin; skips the test when either is missing.
+class SmolLM2 : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const fs::path path = models_dir() / expected.at("model").get<std::string>();
+        if (!fs::exists(path)) GTEST_SKIP() << path << " not fetched";
+        if (!fs::exists(fs::path(CELLM_PLUGIN_DIR) / "cellm-gguf.so")) GTEST_SKIP() << "gguf plugin not built";
+        gguf = std::make_unique<PluginLibrary>("gguf");
+        ASSERT_EQ(outcome(gguf->format().open(path.c_str(), &file)).message, "");
+        view.struct_size = sizeof(view);
+        ASSERT_EQ(outcome(gguf->format().get_view(file, &view)).message, "");
+    }
+    void TearDown() override {
+        if (file != nullptr) gguf->format().close(file);
+    }
+
+    const nlohmann::json expected = expected_logits();
+    std::unique_ptr<PluginLibrary> gguf;
     cellm_model_file* file = nullptr;
-    ASSERT_EQ(outcome(gguf.format().open(model_path.c_str(), &file)).message, "");
-    const std::unique_ptr<cellm_model_file, void (*)(cellm_model_file*)> owned(file, gguf.format().close);
     cellm_model_view view{};
-    view.struct_size = sizeof(view);
-    ASSERT_EQ(outcome(gguf.format().get_view(file, &view)).message, "");
+};
 
+TEST_F(SmolLM2, LlamaPluginReadsTheFile) {
+    const PluginLibrary llama("llama");
+    cellm_arch_model* model = nullptr;
+    ASSERT_EQ(outcome(llama.arch().load(&view, &model)).message, "");
+    cellm_arch_info info{};
+    info.struct_size = sizeof(info);
+    EXPECT_EQ(outcome(llama.arch().get_info(model, &info)).code, CELLM_OK);
+    llama.arch().destroy(model);
+    EXPECT_EQ(info.n_layer, 30);
+    EXPECT_EQ(info.n_vocab, 49152);
+    EXPECT_EQ(info.n_embd, 576);
+    EXPECT_EQ(info.kv_dim, 192);  // 3 KV heads of 64
+    EXPECT_EQ(info.n_ctx_train, 8192);
+}
+
+TEST_F(SmolLM2, ReferenceMatchesIndependentNumpyForward) {
     const auto tokens = expected.at("tokens").get<std::vector<int32_t>>();
     const std::vector<std::vector<float>> logits = reference_logits(view, tokens);
     ASSERT_EQ(logits.size(), tokens.size());
