@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -377,7 +378,12 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         } else if (token.attr & attr_normal) {
             token.bytes = bytes.decode(token.text);
         } else if ((token.attr & attr_byte) && token.text.size() == 6 && token.text.starts_with("<0x")) {
-            token.bytes = std::string(1, static_cast<char>(std::stoi(token.text.substr(3, 2), nullptr, 16)));
+            unsigned value = 0;  // "<0xXX>" byte tokens; a malformed one decodes to nothing
+            const auto digits = std::string_view(token.text).substr(3, 2);
+            const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value, 16);
+            if (error == std::errc() && end == digits.data() + digits.size()) {
+                token.bytes = std::string(1, static_cast<char>(value));
+            }
         }
     }
     std::stable_sort(tok->specials_.begin(), tok->specials_.end(), [&](int32_t a, int32_t b) {

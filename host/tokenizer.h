@@ -15,6 +15,7 @@
 
 namespace cellm {
 
+// Immutable once built: encode, decode and the queries may be called from several threads at once.
 class Tokenizer {
 public:
     // Reads tokenizer.ggml.* and tokenizer.chat_template. Throws cellm::Error naming the missing or malformed
@@ -69,13 +70,14 @@ public:
         attr_user_defined = 1u << 4,
         attr_byte = 1u << 5,
     };
+
+private:
     struct Token {
         std::string text;   // vocabulary spelling
         std::string bytes;  // what it decodes to
         uint32_t attr = attr_normal;
     };
 
-private:
     Tokenizer() = default;
     void check_id(int32_t id) const;
 

@@ -47,6 +47,7 @@ TEST(ChatTemplate, DetectsFamilies) {
 
 TEST(ChatTemplate, NamesAndErrors) {
     EXPECT_EQ(chat_template_by_name("llama3"), ChatTemplateKind::Llama3);
+    EXPECT_STREQ(chat_template_name(ChatTemplateKind::Gemma), "gemma");
     try {
         chat_template_by_name("vicuna");
         ADD_FAILURE() << "expected an error";

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,15 @@ TEST(Tokenizer, LowerRankMergesFirst) {
         EXPECT_EQ(tok->encode("hel", false, false),
                   el_first ? ids_of(v, {"h", "el"}) : ids_of(v, {"he", "l"}));
     }
+}
+
+TEST(Tokenizer, Llama3TakesWholeWordsWithoutMerging) {
+    FakeVocab v;
+    v.model("gpt2").pre("llama-bpe").token("h").token("i").token("hi").token("Ġ").token("Ġhi");
+    const auto tok = Tokenizer::from_model(v.view());
+    EXPECT_EQ(tok->encode("hi hi", false, true), ids_of(v, {"hi", "Ġhi"}));  // no merges listed at all
+    v.pre("gpt-2");
+    EXPECT_EQ(Tokenizer::from_model(v.view())->encode("hi", false, true), ids_of(v, {"h", "i"}));
 }
 
 TEST(Tokenizer, BytesMissingFromTheVocabularyAreDropped) {
@@ -144,6 +154,8 @@ TEST(Tokenizer, BadIdsInDecodeAreAClearError) {
     auto v = hello_vocab();
     const auto tok = Tokenizer::from_model(v.view());
     const std::vector<int32_t> bad = {v.id_of("hello"), tok->n_vocab()};
+    const std::vector<int32_t> good = {v.id_of("hello")};
+    EXPECT_EQ(tok->decode(good), "hello");
     EXPECT_THROW(tok->decode(bad), Error);
     EXPECT_THROW(tok->token_bytes(-1), Error);
     try {
