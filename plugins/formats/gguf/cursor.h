@@ -29,6 +29,7 @@ public:
 
     // Names the entry being read ("metadata entry 3 'general.name'") for truncation messages.
     void set_context(std::string context) { context_ = std::move(context); }
+    const std::string& context() const { return context_; }
 
     template <class T>
     T read(const char* what) {

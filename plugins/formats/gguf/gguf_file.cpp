@@ -107,8 +107,8 @@ void GgufFile::read_tensor_infos(Cursor& cursor, uint64_t count, uint32_t alignm
         if (block == 0) cursor.fail(where + " has unknown type " + std::to_string(type), CELLM_ERR_UNSUPPORTED);
         t.type = static_cast<cellm_dtype>(type);
         if (t.ne[0] % block != 0) {
-            cursor.fail(where + " row length " + std::to_string(t.ne[0]) + " is not a multiple of its type's block size " +
-                        std::to_string(block));
+            cursor.fail(where + " row length " + std::to_string(t.ne[0]) +
+                        " is not a multiple of its type's block size " + std::to_string(block));
         }
         const auto n_blocks = static_cast<uint64_t>(n_elements / block);
         const auto block_bytes = static_cast<uint64_t>(cellm_dtype_type_size(t.type));

@@ -91,9 +91,11 @@ cellm_meta_value Metadata::read_array(Cursor& cursor, int depth) {
     const auto elem_type = cursor.read<uint32_t>("array element type");
     const auto count = cursor.read<uint64_t>("array length");
     const uint64_t elem_size = min_encoded_size(elem_type);
-    if (elem_size == 0) cursor.fail("array has unknown element type " + std::to_string(elem_type));
+    if (elem_size == 0) {
+        cursor.fail(cursor.context() + ": array has unknown element type " + std::to_string(elem_type));
+    }
     if (count > cursor.remaining() / elem_size) {
-        cursor.fail("array of " + std::to_string(count) + " " + name_of_value_type(elem_type) +
+        cursor.fail(cursor.context() + ": array of " + std::to_string(count) + " " + name_of_value_type(elem_type) +
                     " elements cannot fit in the " + std::to_string(cursor.remaining()) +
                     " bytes left at offset " + std::to_string(cursor.offset()));
     }
@@ -111,7 +113,8 @@ cellm_meta_value Metadata::read_array(Cursor& cursor, int depth) {
         string_arrays_.push_back(std::move(strings));
     } else {
         if (depth + 1 >= max_array_depth) {
-            cursor.fail("arrays nested deeper than " + std::to_string(max_array_depth) + " levels");
+            cursor.fail(cursor.context() + ": arrays nested deeper than " + std::to_string(max_array_depth) +
+                        " levels");
         }
         for (uint64_t i = 0; i < count; ++i) read_array(cursor, depth + 1);
         v.v.arr.data = nullptr;

@@ -21,7 +21,9 @@ int probe(const char* /*path*/, const uint8_t* head, size_t head_len) {
 
 cellm_status* open(const char* path, cellm_model_file** out) {
     return plugin::guard([&]() -> cellm_status* {
-        if (path == nullptr || out == nullptr) return plugin::error(CELLM_ERR_INVALID_ARGUMENT, "gguf open: NULL argument");
+        if (path == nullptr || out == nullptr) {
+            return plugin::error(CELLM_ERR_INVALID_ARGUMENT, "gguf open: NULL argument");
+        }
         *out = new cellm_model_file{GgufFile(path)};
         return nullptr;
     });
@@ -36,7 +38,8 @@ cellm_status* get_view(const cellm_model_file* file, cellm_model_view* out) {
     // Fill only the fields the caller's struct has; struct_size stays what the caller set.
     const cellm_model_view& view = file->gguf.view();
     const size_t n = std::min(out->struct_size, sizeof(view)) - sizeof(size_t);
-    std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t), reinterpret_cast<const char*>(&view) + sizeof(size_t), n);
+    std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t), reinterpret_cast<const char*>(&view) + sizeof(size_t),
+                n);
     return nullptr;
 }
 
