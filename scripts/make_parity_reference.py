@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Writes tests/data/parity/smollm2-135m-q4_1.json: llama.cpp's tokens and logits for SmolLM2-135M-Instruct Q4_1,
+the reference cellm's tokenizer, chat template and forward pass are checked against.
+
+For each prompt: the prompt's token ids, 32 greedy tokens (argmax, no penalties, prompt evaluated as one batch
+then one token at a time; stops early after the end-of-turn token), and, from one teacher-forced batch pass over
+prompt + generated tokens, the top-20 (id, logit) pairs at every position (position i's logits predict token
+i + 1). batch_vs_decode_max_abs_diff is the largest logit difference between that batch pass and the
+token-by-token decode over the generated positions: llama.cpp's own rounding noise.
+
+Run with the venv that has llama-cpp-python and jinja2:
+    /root/.cache/cellm/venv/bin/python scripts/make_parity_reference.py [MODEL.gguf]
+"""
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import jinja2.sandbox
+import llama_cpp
+import numpy as np
+
+GENERATED_TOKENS = 32
+TOP = 20
+N_CTX = 512
+N_THREADS = 2
+
+PROMPTS = [
+    {"text": "What is the capital of France?", "chat": True},
+    {"text": "Write a haiku about the sea.", "chat": True},
+    {"text": "Explain in one sentence what a CPU does.", "chat": True},
+    {"text": "Once upon a time, in a small village by the mountains,", "chat": False},
+    {"text": 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n', "chat": False},
+    {"text": "The Eiffel Tower is located in", "chat": False},
+]
+
+
+def render_chat(template_source, question, bos, eos):
+    """Renders the GGUF's tokenizer.chat_template the way Hugging Face transformers does."""
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env.globals["raise_exception"] = raise_exception
+    template = env.from_string(template_source)
+    return template.render(messages=[{"role": "user", "content": question}], add_generation_prompt=True,
+                           bos_token=bos, eos_token=eos)
+
+
+def plain_cpu_weights():
+    """Keeps weights in their file layout: no AMX or repacked buffers. Those change the numerics (and AMX tiles
+    fault with SIGILL where the kernel does not grant them), while the plain CPU path is what cellm reproduces."""
+    default_params = llama_cpp.llama_cpp.llama_model_default_params
+
+    def without_extra_buffers():
+        params = default_params()
+        params.use_extra_bufts = False
+        return params
+
+    llama_cpp.llama_cpp.llama_model_default_params = without_extra_buffers
+
+
+def top_pairs(row):
+    """The TOP highest logits, highest first, lower id first among equals."""
+    ids = np.argpartition(-row, TOP)[:TOP]
+    ids = sorted(ids.tolist(), key=lambda i: (-float(row[i]), i))
+    return [[i, round(float(row[i]), 4)] for i in ids]
+
+
+def greedy(llm, prompt_ids, eos):
+    """Prompt as one batch, then one token at a time. Returns the tokens and each step's logits row."""
+    llm.reset()
+    llm.eval(prompt_ids)
+    generated, rows = [], []
+    for _ in range(GENERATED_TOKENS):
+        row = llm.scores[llm.n_tokens - 1].copy()
+        token = int(np.argmax(row))  # first maximum: lowest id wins ties
+        generated.append(token)
+        rows.append(row)
+        if token == eos:
+            break
+        llm.eval([token])
+    return generated, rows
+
+
+def teacher_forced(llm, ids):
+    """All logits rows of one batch pass over `ids`."""
+    llm.reset()
+    llm.eval(ids)
+    return llm.scores[:len(ids)].copy()
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_json(path, reference):
+    """Indented JSON with one line per position, so diffs of the reference stay readable."""
+    top = [p.pop("top") for p in reference["prompts"]]
+    text = json.dumps(reference, indent=2, ensure_ascii=False)
+    for prompt_top in top:
+        rows = ",\n".join("        " + json.dumps(row, separators=(",", ":")) for row in prompt_top)
+        text = text.replace('"__top__"', "[\n" + rows + "\n      ]", 1)
+    path.write_text(text + "\n", encoding="utf-8")
+
+
+def main():
+    models = os.environ.get("CELLM_MODELS", os.path.expanduser("~/.cache/cellm/models"))
+    model_path = Path(sys.argv[1] if len(sys.argv) > 1 else os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    out = Path(__file__).resolve().parent.parent / "tests/data/parity/smollm2-135m-q4_1.json"
+
+    plain_cpu_weights()
+    # Flash attention: without it this llama.cpp build's batch pass and token-by-token decode disagree by up to
+    # ~1 logit once the sequence passes ~20 tokens; with it both agree exactly and runs repeat bit for bit.
+    llm = llama_cpp.Llama(str(model_path), n_ctx=N_CTX, n_threads=N_THREADS, logits_all=True, flash_attn=True,
+                          verbose=False)
+    metadata = llm.metadata
+    bos, eos = llm.token_bos(), llm.token_eos()
+    detok = lambda t: llm.detokenize([t], special=True).decode("utf-8", errors="replace")
+
+    prompts = []
+    for prompt in PROMPTS:
+        text = prompt["text"]
+        if prompt["chat"]:
+            text = render_chat(metadata["tokenizer.chat_template"], text, detok(bos), detok(eos))
+        # add_bos=True asks for the model's own rule (tokenizer.ggml.add_bos_token), which llama.cpp applies.
+        ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
+        generated, decode_rows = greedy(llm, ids, eos)
+        forced = teacher_forced(llm, ids + generated)
+        # The batch pass and token-by-token decoding differ by rounding; where the top two logits are that
+        # close, the batch argmax can differ from the greedy token. Recorded so tests can pick tolerances.
+        decode_diff = max(float(np.max(np.abs(forced[len(ids) - 1 + i] - row))) for i, row in enumerate(decode_rows))
+        prompts.append({
+            "text": prompt["text"],
+            "chat": prompt["chat"],
+            "rendered": text,
+            "prompt_ids": ids,
+            "greedy_ids": generated,
+            "greedy_text": llm.detokenize(generated, special=True).decode("utf-8", errors="replace"),
+            "batch_vs_decode_max_abs_diff": round(decode_diff, 4),
+            "top": [top_pairs(row) for row in forced],
+            "top20": "__top__",
+        })
+        print(f"{prompt['text'][:40]!r}: {len(ids)} prompt + {len(generated)} generated tokens", file=sys.stderr)
+
+    reference = {
+        "model": {
+            "file": model_path.name,
+            "sha256": sha256(model_path),
+            "n_vocab": llm.n_vocab(),
+            "bos_id": bos,
+            "eos_id": eos,
+            "add_bos": metadata.get("tokenizer.ggml.add_bos_token", "unset"),
+        },
+        "generator": {
+            "llama_cpp_python": llama_cpp.__version__,
+            "n_ctx": N_CTX,
+            "n_threads": N_THREADS,
+            "extra_buffer_types": False,
+            "flash_attn": True,
+            "greedy_tokens": GENERATED_TOKENS,
+            "top": TOP,
+            "logit_decimals": 4,
+        },
+        "prompts": prompts,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, reference)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
