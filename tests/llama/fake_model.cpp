@@ -22,7 +22,9 @@ FakeModel::FakeModel(const LlamaConfig& c, uint32_t seed) : rng_(seed) {
     set_tensor("token_embd.weight", {c.n_embd, c.n_vocab});
     set_tensor("output_norm.weight", {c.n_embd});
     if (!c.tied) set_tensor("output.weight", {c.n_embd, c.n_vocab});
-    if (c.rope_freqs) set_tensor("rope_freqs.weight", {head_dim / 2}, std::vector<float>(static_cast<size_t>(head_dim / 2), 1.0f));
+    if (c.rope_freqs) {
+        set_tensor("rope_freqs.weight", {head_dim / 2}, std::vector<float>(static_cast<size_t>(head_dim / 2), 1.0f));
+    }
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
         set_tensor(p + "attn_norm.weight", {c.n_embd});

@@ -52,6 +52,8 @@ int32_t RecordingBuilder::add_node(void* ctx, const cellm_node* node) {
     return index;
 }
 
-void RecordingBuilder::add_output(void* ctx, int32_t node) { static_cast<RecordingBuilder*>(ctx)->outputs.push_back(node); }
+void RecordingBuilder::add_output(void* ctx, int32_t node) {
+    static_cast<RecordingBuilder*>(ctx)->outputs.push_back(node);
+}
 
 }  // namespace cellm::testing

@@ -177,11 +177,11 @@ std::vector<std::vector<float>> reference_logits(const cellm_model_view& model, 
     const int64_t n_embd = r.count("llama.embedding_length");
     const int64_t n_layer = r.count("llama.block_count");
     const int64_t n_head = r.count("llama.attention.head_count");
-    const auto n_head_kv = static_cast<int64_t>(r.number_or("llama.attention.head_count_kv", static_cast<double>(n_head)));
-    const auto head_dim = static_cast<int64_t>(r.number_or("llama.attention.key_length", static_cast<double>(n_embd / n_head)));
+    const auto n_head_kv = static_cast<int64_t>(r.number_or("llama.attention.head_count_kv", double(n_head)));
+    const auto head_dim = static_cast<int64_t>(r.number_or("llama.attention.key_length", double(n_embd / n_head)));
     const double eps = r.number("llama.attention.layer_norm_rms_epsilon");
 
-    Rope rope{head_dim, static_cast<int64_t>(r.number_or("llama.rope.dimension_count", static_cast<double>(head_dim))),
+    Rope rope{head_dim, static_cast<int64_t>(r.number_or("llama.rope.dimension_count", double(head_dim))),
               r.number_or("llama.rope.freq_base", 10000.0), 1.0, r.string_or("cellm.rope.layout", "") == "halves", {}};
     if (r.string_or("llama.rope.scaling.type", "none") == "linear") {
         const double factor = r.number_or("llama.rope.scaling.factor", 0.0);
@@ -192,7 +192,9 @@ std::vector<std::vector<float>> reference_logits(const cellm_model_view& model, 
     const cellm_tensor_info& token_embd = r.tensor("token_embd.weight");
     Rows x;
     for (int32_t t : tokens) {
-        if (t < 0 || t >= token_embd.ne[1]) throw std::out_of_range("token " + std::to_string(t) + " outside the vocab");
+        if (t < 0 || t >= token_embd.ne[1]) {
+            throw std::out_of_range("token " + std::to_string(t) + " outside the vocab");
+        }
         x.push_back(row(token_embd, t));
     }
 

@@ -1,6 +1,6 @@
-// The llama plugin and the reference forward on the real SmolLM2-135M-Instruct file, against logits from an independent numpy forward
-// (make_smollm2_logits.py: gguf-py dequantization, Hugging Face rope layout). Skipped when the model has not
-// been fetched (scripts/fetch_models.sh) or the gguf plugin is not built.
+// The llama plugin and the reference forward on the real SmolLM2-135M-Instruct file, the latter against
+// logits from an independent numpy forward (make_smollm2_logits.py: gguf-py dequantization, Hugging Face rope
+// layout). Skipped when the model has not been fetched (scripts/fetch_models.sh) or the gguf plugin is not built.
 #include "host_api.h"
 #include "plugin_library.hpp"
 #include "reference_forward.h"
@@ -78,7 +78,8 @@ TEST_F(SmolLM2, ReferenceMatchesIndependentNumpyForward) {
         const auto ids = row.at("ids").get<std::vector<size_t>>();
         const auto values = row.at("logits").get<std::vector<float>>();
         ASSERT_EQ(logits[p].size(), 49152u);
-        const auto argmax = static_cast<size_t>(std::max_element(logits[p].begin(), logits[p].end()) - logits[p].begin());
+        const auto top = std::max_element(logits[p].begin(), logits[p].end());
+        const auto argmax = static_cast<size_t>(top - logits[p].begin());
         EXPECT_EQ(argmax, ids.at(0)) << "position " << p;
         for (size_t i = 0; i < ids.size(); ++i) {
             EXPECT_NEAR(logits[p].at(ids[i]), values[i], 1e-3) << "position " << p << " token " << ids[i];

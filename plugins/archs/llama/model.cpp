@@ -65,8 +65,8 @@ private:
         bool match = t.n_dims <= CELLM_MAX_DIMS;
         for (size_t d = 0; match && d < CELLM_MAX_DIMS; ++d) match = t.ne[d] == (d < shape.size() ? shape[d] : 1);
         if (!match) {
-            throw plugin::Failure(CELLM_ERR_CORRUPT, "tensor '" + name + "' has shape " +
-                                                         shape_string(t.ne, std::min<size_t>(t.n_dims, CELLM_MAX_DIMS)) +
+            const size_t dims = std::min<size_t>(t.n_dims, CELLM_MAX_DIMS);
+            throw plugin::Failure(CELLM_ERR_CORRUPT, "tensor '" + name + "' has shape " + shape_string(t.ne, dims) +
                                                          ", expected " + shape_string(shape.data(), shape.size()));
         }
     }
@@ -87,14 +87,17 @@ int32_t dimension(std::string_view key, uint32_t value) {
 
 int32_t dimension(const Metadata& meta, std::string_view key) { return dimension(key, meta.u32(key)); }
 
+int32_t dimension_or(const Metadata& meta, std::string_view key, int32_t fallback) {
+    return dimension(key, meta.find_u32(key).value_or(static_cast<uint32_t>(fallback)));
+}
+
 Hparams read_hparams(const Metadata& meta, const Tensors& tensors) {
     Hparams hp;
     hp.n_embd = dimension(meta, "llama.embedding_length");
     hp.n_layer = dimension(meta, "llama.block_count");
     hp.n_ff = dimension(meta, "llama.feed_forward_length");
     hp.n_head = dimension(meta, "llama.attention.head_count");
-    hp.n_head_kv = dimension("llama.attention.head_count_kv",
-                             meta.find_u32("llama.attention.head_count_kv").value_or(static_cast<uint32_t>(hp.n_head)));
+    hp.n_head_kv = dimension_or(meta, "llama.attention.head_count_kv", hp.n_head);
     if (hp.n_head % hp.n_head_kv != 0) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, "llama.attention.head_count (" + std::to_string(hp.n_head) +
                                                      ") is not a multiple of llama.attention.head_count_kv (" +
@@ -105,10 +108,9 @@ Hparams read_hparams(const Metadata& meta, const Tensors& tensors) {
                                                      ") is not a multiple of llama.attention.head_count (" +
                                                      std::to_string(hp.n_head) + ")");
     }
-    hp.head_dim = dimension("llama.attention.key_length",
-                            meta.find_u32("llama.attention.key_length").value_or(static_cast<uint32_t>(hp.n_embd / hp.n_head)));
-    const uint32_t value_length = meta.find_u32("llama.attention.value_length").value_or(static_cast<uint32_t>(hp.head_dim));
-    if (value_length != static_cast<uint32_t>(hp.head_dim)) {
+    hp.head_dim = dimension_or(meta, "llama.attention.key_length", hp.n_embd / hp.n_head);
+    const int32_t value_length = dimension_or(meta, "llama.attention.value_length", hp.head_dim);
+    if (value_length != hp.head_dim) {
         throw plugin::Failure(CELLM_ERR_UNSUPPORTED, "llama.attention.value_length (" + std::to_string(value_length) +
                                                          ") differs from the key length (" +
                                                          std::to_string(hp.head_dim) + ")");
@@ -122,8 +124,7 @@ Hparams read_hparams(const Metadata& meta, const Tensors& tensors) {
     if (!(hp.rope_freq_base > 0.0f)) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, "llama.rope.freq_base must be positive");
     }
-    hp.n_rot = dimension("llama.rope.dimension_count",
-                         meta.find_u32("llama.rope.dimension_count").value_or(static_cast<uint32_t>(hp.head_dim)));
+    hp.n_rot = dimension_or(meta, "llama.rope.dimension_count", hp.head_dim);
     if (hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, "llama.rope.dimension_count (" + std::to_string(hp.n_rot) +
                                                      ") must be even and at most the head size (" +
@@ -156,9 +157,12 @@ Hparams read_hparams(const Metadata& meta, const Tensors& tensors) {
     if (const auto vocab = meta.find_u32("llama.vocab_size")) {
         hp.n_vocab = dimension("llama.vocab_size", *vocab);
     } else {
+        // Without the key the vocabulary is the embedding's row count; its shape is checked at load.
         const int64_t rows = tensors.rows("token_embd.weight");
-        if (rows == 0) throw plugin::Failure(CELLM_ERR_NOT_FOUND, "missing tensor 'token_embd.weight'");
-        hp.n_vocab = dimension("token_embd.weight rows", static_cast<uint32_t>(std::min<int64_t>(rows, 1 << 30)));
+        if (rows <= 0 || rows > (1 << 24)) {
+            throw plugin::Failure(CELLM_ERR_NOT_FOUND, "missing llama.vocab_size and a usable 'token_embd.weight'");
+        }
+        hp.n_vocab = static_cast<int32_t>(rows);
     }
     return hp;
 }
