@@ -2,11 +2,12 @@
 """Writes tests/data/parity/smollm2-135m-q4_1.json: llama.cpp's tokens and logits for SmolLM2-135M-Instruct Q4_1,
 the reference cellm's tokenizer, chat template and forward pass are checked against.
 
-For each prompt: the prompt's token ids, 32 greedy tokens (argmax, no penalties, prompt evaluated as one batch
-then one token at a time; stops early after the end-of-turn token), and, from one teacher-forced batch pass over
-prompt + generated tokens, the top-20 (id, logit) pairs at every position (position i's logits predict token
-i + 1). batch_vs_decode_max_abs_diff is the largest logit difference between that batch pass and the
-token-by-token decode over the generated positions: llama.cpp's own rounding noise.
+For each prompt: the prompt's token ids, 32 greedy tokens (argmax, no penalties; stops early after the
+end-of-turn token), and the top-20 (id, logit) pairs at every position of prompt + generated tokens (position
+i's logits predict token i + 1), all kept (logits_all) from one pass that evaluates the prompt as one batch and
+then feeds the generated tokens one at a time, as an engine does. So each greedy token is the first of its
+position's top-20. llama.cpp's numerics depend on the batch size: batch_vs_decode_max_abs_diff is the largest
+logit difference between that pass and a single batch over the whole sequence, a measure of its rounding noise.
 
 Run with the venv that has llama-cpp-python and jinja2:
     /root/.cache/cellm/venv/bin/python scripts/make_parity_reference.py [MODEL.gguf]
@@ -70,19 +71,19 @@ def top_pairs(row):
 
 
 def greedy(llm, prompt_ids, eos):
-    """Prompt as one batch, then one token at a time. Returns the tokens and each step's logits row."""
+    """Prompt as one batch, then one token at a time. Returns the tokens and the logits of every position."""
     llm.reset()
     llm.eval(prompt_ids)
-    generated, rows = [], []
-    for _ in range(GENERATED_TOKENS):
-        row = llm.scores[llm.n_tokens - 1].copy()
-        token = int(np.argmax(row))  # first maximum: lowest id wins ties
+    generated = []
+    while True:
+        token = int(np.argmax(llm.scores[llm.n_tokens - 1]))  # first maximum: lowest id wins ties
         generated.append(token)
-        rows.append(row)
-        if token == eos:
+        if token == eos or len(generated) == GENERATED_TOKENS:
             break
         llm.eval([token])
-    return generated, rows
+    # The last token's own logits (predicting the token after it) complete the rows.
+    llm.eval([generated[-1]])
+    return generated, llm.scores[:llm.n_tokens].copy()
 
 
 def teacher_forced(llm, ids):
@@ -117,7 +118,7 @@ def main():
 
     plain_cpu_weights()
     # Flash attention: without it this llama.cpp build's batch pass and token-by-token decode disagree by up to
-    # ~1 logit once the sequence passes ~20 tokens; with it both agree exactly and runs repeat bit for bit.
+    # ~1 logit once a sequence passes ~20 tokens; with it they agree exactly on short sequences.
     llm = llama_cpp.Llama(str(model_path), n_ctx=N_CTX, n_threads=N_THREADS, logits_all=True, flash_attn=True,
                           verbose=False)
     metadata = llm.metadata
@@ -131,11 +132,8 @@ def main():
             text = render_chat(metadata["tokenizer.chat_template"], text, detok(bos), detok(eos))
         # add_bos=True asks for the model's own rule (tokenizer.ggml.add_bos_token), which llama.cpp applies.
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
-        generated, decode_rows = greedy(llm, ids, eos)
-        forced = teacher_forced(llm, ids + generated)
-        # The batch pass and token-by-token decoding differ by rounding; where the top two logits are that
-        # close, the batch argmax can differ from the greedy token. Recorded so tests can pick tolerances.
-        decode_diff = max(float(np.max(np.abs(forced[len(ids) - 1 + i] - row))) for i, row in enumerate(decode_rows))
+        generated, rows = greedy(llm, ids, eos)
+        batch_diff = float(np.max(np.abs(teacher_forced(llm, ids + generated) - rows)))
         prompts.append({
             "text": prompt["text"],
             "chat": prompt["chat"],
@@ -143,8 +141,8 @@ def main():
             "prompt_ids": ids,
             "greedy_ids": generated,
             "greedy_text": llm.detokenize(generated, special=True).decode("utf-8", errors="replace"),
-            "batch_vs_decode_max_abs_diff": round(decode_diff, 4),
-            "top": [top_pairs(row) for row in forced],
+            "batch_vs_decode_max_abs_diff": round(batch_diff, 4),
+            "top": [top_pairs(row) for row in rows],
             "top20": "__top__",
         })
         print(f"{prompt['text'][:40]!r}: {len(ids)} prompt + {len(generated)} generated tokens", file=sys.stderr)
