@@ -177,6 +177,23 @@ TEST(GgufTruncation, EveryShorterLengthFailsCleanly) {
     }
 }
 
+// Any single byte of the header and tensor infos overwritten with an extreme value: an error or a valid
+// file, never a crash or an out-of-bounds read (run under CELLM_SANITIZE to see the latter).
+TEST(GgufCorruption, EveryHeaderByteOverwriteIsHandled) {
+    const std::vector<uint8_t> full = bytes();
+    for (uint64_t at = 0; at < layout().data_start; ++at) {
+        for (uint8_t value : {uint8_t{0x00}, uint8_t{0xFF}}) {
+            std::vector<uint8_t> b = full;
+            b[at] = value;
+            const std::string path = write_temp_file("overwritten.gguf", b);
+            const OpenOutcome outcome = try_open(path);
+            if (outcome.code != CELLM_OK) {
+                ASSERT_EQ(outcome.message.rfind(path + ": ", 0), 0u) << outcome.message;
+            }
+        }
+    }
+}
+
 TEST(GgufTruncation, TruncatedMessageSaysWhatWasBeingRead) {
     const std::vector<uint8_t> full = bytes();
     const std::string path = write_temp_file("cut_in_tokens.gguf", prefix(full, layout().kvs[2].value + 20));

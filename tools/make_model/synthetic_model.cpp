@@ -27,8 +27,10 @@ constexpr WeightType weight_types[] = {
 };
 
 // How a tensor's values are drawn. Standard deviations keep activations O(1) through the layers:
-// 1/sqrt(fan_in) for projections, 1 for embeddings, 1 plus a little noise for norm gains.
-enum class Init { norm_gain, projection, embedding };
+// 1/sqrt(fan_in) for projections, 1 for embeddings, 1 plus a little noise for norm gains. Tied embeddings
+// also serve as the classifier, where sd 1 would give logits of sd sqrt(n_embd) (one-hot softmax); 4/sqrt(n_embd)
+// keeps logits around sd 4: clear top tokens that still differ between positions.
+enum class Init { norm_gain, projection, embedding, tied_embedding };
 
 struct TensorPlan {
     std::string name;
@@ -39,7 +41,8 @@ struct TensorPlan {
 std::vector<TensorPlan> plan_tensors(const Preset& p) {
     const int64_t embd = p.n_embd, head_dim = p.n_embd / p.n_head;
     const int64_t q_dim = head_dim * p.n_head, kv_dim = head_dim * p.n_head_kv;
-    std::vector<TensorPlan> plan{{"token_embd.weight", {embd, p.n_vocab}, Init::embedding}};
+    const Init embedding = p.tied_embeddings ? Init::tied_embedding : Init::embedding;
+    std::vector<TensorPlan> plan{{"token_embd.weight", {embd, p.n_vocab}, embedding}};
     for (uint32_t l = 0; l < p.n_layer; ++l) {
         const std::string blk = "blk." + std::to_string(l) + ".";
         plan.push_back({blk + "attn_norm.weight", {embd}, Init::norm_gain});
@@ -91,8 +94,11 @@ private:
 std::vector<uint8_t> generate(const TensorPlan& t, cellm_dtype type, Random& random) {
     const int64_t row = t.ne[0];
     const int64_t rows = t.ne.size() > 1 ? t.ne[1] : 1;
-    const float sd = t.init == Init::projection ? 1.0f / std::sqrt(static_cast<float>(row))
-                     : t.init == Init::embedding ? 1.0f : 0.05f;
+    const float inv_sqrt_row = 1.0f / std::sqrt(static_cast<float>(row));
+    const float sd = t.init == Init::projection       ? inv_sqrt_row
+                     : t.init == Init::tied_embedding ? 4.0f * inv_sqrt_row
+                     : t.init == Init::embedding      ? 1.0f
+                                                      : 0.05f;
     const float half_width = sd * std::sqrt(3.0f);
     const float center = t.init == Init::norm_gain ? 1.0f : 0.0f;
     const uint64_t row_size = blocks::row_bytes(type, row);
