@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace cellm {
@@ -218,6 +219,20 @@ TEST(Manifest, LoadResolvesPathsAgainstTheManifestFolder) {
     EXPECT_EQ(m.model.path, (folder.parent_path() / "models/m.gguf").lexically_normal());
     EXPECT_EQ(m.plugin_paths, std::vector<fs::path>{folder / "plugins"});
     fs::remove_all(folder);
+}
+
+// Every prefix of a valid manifest either parses or fails with one cellm::Error line; nothing else escapes.
+TEST(Manifest, TruncatedTextFailsCleanly) {
+    std::ifstream in(fs::path(CELLM_SOURCE_DIR) / "config/smollm2-135m.toml");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_FALSE(text.empty());
+    for (size_t length = 0; length <= text.size(); ++length) {
+        try {
+            parse(text.substr(0, length));
+        } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+        }
+    }
 }
 
 TEST(Manifest, ShippedSmolLM2ManifestLoads) {
