@@ -1,6 +1,5 @@
 #include "gguf_file.h"
 
-#include <array>
 #include <limits>
 #include <unordered_set>
 
