@@ -80,6 +80,14 @@ StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& we
             node.type = node.tensor.type;
             for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
             break;
+        case CELLM_OP_KV_STORE:
+            // The arch cannot know the pool's size: the store aliases its pool, so it takes the pool's shape.
+            if (node.src[0] >= 0) {
+                const cellm_node& pool = nodes_[static_cast<size_t>(node.src[0])];
+                node.type = pool.type;
+                for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = pool.ne[d];
+            }
+            break;
         case CELLM_OP_INPUT:
             if (node.iparams[0] < 0 || node.iparams[0] >= CELLM_INPUT_COUNT) {
                 throw Error("arch '" + arch + "' uses an unknown input kind " + std::to_string(node.iparams[0]));

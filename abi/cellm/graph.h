@@ -71,7 +71,8 @@ typedef enum cellm_op {
 
     /* Write the new keys or values of this step into a layer's pool: for each token t, row t of src1
      * (F32 [kv_dim, n_tokens]) goes to slot src2[t] of src0 (a CELLM_OP_KV_CACHE leaf), converted to the
-     * pool's type. The output aliases src0; later readers list this node as a source to order after it. */
+     * pool's type. The output aliases src0 and has its type and shape (the host fills both in, as it does for
+     * the pool leaf); later readers list this node as a source to order after it. */
     CELLM_OP_KV_STORE = 22,
 
     /* Causal attention through the page table, multi-head with grouped KV heads.

@@ -59,7 +59,8 @@ Command add_run(CLI::App& app) {
                                {"finish_reason", r.finish_reason},
                                {"backend", runtime.backend().name()},
                                {"model", manifest.model.path.string()}};
-            std::cout << out.dump() << "\n";
+            // A reply cut by max_tokens can end inside a UTF-8 character: replace rather than fail.
+            std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         } else {
             std::fprintf(stderr,
                          "\n\nprompt: %d tokens, %.1f tok/s | first token: %.1f ms | generated: %zu tokens, %.1f tok/s "

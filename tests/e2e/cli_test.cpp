@@ -1,0 +1,183 @@
+// cellm-host as a user runs it: the commands work on a synthetic model, and every kind of bad input ends
+// with one clear error line and a non-zero exit, never a crash.
+#include "test_support.h"
+
+#include "gguf_writer.h"
+#include "synthetic_model.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+namespace fs = std::filesystem;
+
+namespace cellm::testing {
+namespace {
+
+fs::path write_file(const std::string& name, const std::string& text) {
+    const fs::path p = temp_dir() / name;
+    std::ofstream(p) << text;
+    return p;
+}
+
+fs::path manifest_for(const fs::path& model, const std::string& extra = "", const std::string& name = "m.toml") {
+    return write_file(name, "[model]\npath = \"" + model.string() + "\"\n[backend]\nname = \"scalar\"\nthreads = 1\n"
+                                "[context]\nlength = 128\n[sampling]\ntemperature = 0\nmax_tokens = 6\n" + extra);
+}
+
+// The error contract: non-zero exit, exactly one line on stderr, saying what is wrong.
+void expect_one_error_line(const CommandResult& r, const std::string& needle) {
+    EXPECT_NE(r.exit_code, 0);
+    EXPECT_LT(r.exit_code, 128) << "killed by a signal";
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+TEST(Cli, PluginsListsTheBuiltPlugins) {
+    const CommandResult r = run_host("plugins");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* expected : {"format   gguf", "arch     llama", "backend  scalar"}) {
+        EXPECT_NE(r.out.find(expected), std::string::npos) << r.out;
+    }
+}
+
+TEST(Cli, RunPrintsOneJsonObject) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
+    const CommandResult r = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt 'the cat' --raw --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    for (const char* key : {"text", "tokens", "prompt_tokens", "ttft_ms", "prefill_tok_s", "decode_tok_s", "backend", "model"}) {
+        EXPECT_TRUE(j.contains(key)) << key;
+    }
+    EXPECT_EQ(j["backend"], "scalar");
+    EXPECT_GT(j["prompt_tokens"].get<int>(), 0);
+    EXPECT_LE(j["tokens"].size(), 6u);
+}
+
+TEST(Cli, FlagsOverrideTheManifest) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
+    const CommandResult r = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi --raw --json --max-tokens 2" +
+                                     " --model " + shell_quote(synthetic_model(CELLM_TYPE_F16).string()));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_LE(j["tokens"].size(), 2u);
+    EXPECT_NE(j["model"].get<std::string>().find("tiny-f16"), std::string::npos);
+}
+
+TEST(Cli, ChatTemplatePromptIsUsedByDefault) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
+    const CommandResult chat = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi --json");
+    const CommandResult raw = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi --raw --json");
+    ASSERT_EQ(chat.exit_code, 0) << chat.err;
+    ASSERT_EQ(raw.exit_code, 0) << raw.err;
+    EXPECT_GT(nlohmann::json::parse(chat.out)["prompt_tokens"].get<int>(), nlohmann::json::parse(raw.out)["prompt_tokens"].get<int>());
+}
+
+TEST(Cli, TokenizeAndInspect) {
+    const std::string model = shell_quote(synthetic_model(CELLM_TYPE_Q4_0).string());
+    const CommandResult t = run_host("tokenize --model " + model + " --text 'the cat<|im_end|>' --json");
+    ASSERT_EQ(t.exit_code, 0) << t.err;
+    const auto ids = nlohmann::json::parse(t.out)["ids"];
+    EXPECT_GT(ids.size(), 3u);  // special-token text is plain text unless --parse-special
+    const CommandResult special = run_host("tokenize --model " + model + " --text '<|im_end|>' --parse-special --json");
+    ASSERT_EQ(special.exit_code, 0) << special.err;
+    EXPECT_EQ(nlohmann::json::parse(special.out)["ids"].size(), 1u);
+
+    const CommandResult i = run_host("inspect " + model);
+    ASSERT_EQ(i.exit_code, 0) << i.err;
+    for (const char* expected : {"format:  gguf", "arch:    llama", "llama.block_count", "Q4_0", "tensors:"}) {
+        EXPECT_NE(i.out.find(expected), std::string::npos) << i.out;
+    }
+}
+
+TEST(CliErrors, MissingModel) {
+    const fs::path manifest = manifest_for(temp_dir() / "nope.gguf", "", "missing.toml");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi"), "does not exist");
+}
+
+TEST(CliErrors, UnreadableModel) {
+    const fs::path dir = temp_dir() / "a-folder.gguf";
+    fs::create_directories(dir);
+    const fs::path manifest = manifest_for(dir, "", "folder.toml");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi"), "a-folder.gguf");
+}
+
+TEST(CliErrors, UnknownBackend) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_F32));
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi --backend warp"),
+                          "unknown backend 'warp'");
+}
+
+TEST(CliErrors, UnknownArch) {
+    const fs::path manifest = write_file("arch.toml", "[model]\npath = \"" + synthetic_model(CELLM_TYPE_F32).string() +
+                                                          "\"\narch = \"mamba\"\n");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi"), "unknown arch 'mamba'");
+}
+
+TEST(CliErrors, CorruptModel) {
+    // Half of a valid file: the tensor data runs past the end.
+    const fs::path good = synthetic_model(CELLM_TYPE_Q8_0);
+    const fs::path bad = temp_dir() / "truncated.gguf";
+    fs::copy_file(good, bad, fs::copy_options::overwrite_existing);
+    fs::resize_file(bad, fs::file_size(good) / 2);
+    const fs::path manifest = manifest_for(bad, "", "corrupt.toml");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi"), "truncated.gguf");
+    expect_one_error_line(run_host("inspect " + shell_quote(bad.string())), "truncated.gguf");
+}
+
+TEST(CliErrors, NotAModel) {
+    const fs::path text = write_file("notes.gguf", "just some text, not a model\n");
+    expect_one_error_line(run_host("inspect " + shell_quote(text.string())), "no format plugin recognises");
+}
+
+TEST(CliErrors, MalformedManifest) {
+    const fs::path syntax = write_file("syntax.toml", "[model]\npath = \"x.gguf\n");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(syntax.string()) + " --prompt hi"), "syntax.toml:");
+    const fs::path unknown = write_file("unknown.toml", "[model]\npath = \"x.gguf\"\n[sampling]\ntemprature = 0.5\n");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(unknown.string()) + " --prompt hi"), "temprature");
+    const fs::path type = write_file("type.toml", "[model]\npath = \"x.gguf\"\n[sampling]\ntop_k = \"many\"\n");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(type.string()) + " --prompt hi"), "top_k");
+    expect_one_error_line(run_host("run --manifest " + shell_quote((temp_dir() / "absent.toml").string()) + " --prompt hi"),
+                          "absent.toml");
+}
+
+TEST(CliErrors, WeightTypeTheBackendDoesNotSupport) {
+    // The Q4_K model with one tensor relabelled Q3_K (smaller blocks, so the data still fits the file): a
+    // valid GGUF whose weight type the scalar backend does not implement.
+    synthetic::ModelOptions options;
+    options.weight_type = CELLM_TYPE_Q4_K;
+    const gguf::Writer writer = synthetic::build_model(options);
+    const gguf::Layout layout = writer.layout();
+    std::vector<uint8_t> bytes = writer.to_bytes();
+    const auto q = std::find_if(layout.tensors.begin(), layout.tensors.end(), [&](const gguf::TensorLayout& t) {
+        uint32_t type = 0;
+        std::memcpy(&type, bytes.data() + t.type, sizeof(type));
+        return type == CELLM_TYPE_Q4_K;
+    });
+    ASSERT_NE(q, layout.tensors.end());
+    const uint32_t q3k = CELLM_TYPE_Q3_K;
+    std::memcpy(bytes.data() + q->type, &q3k, sizeof(q3k));
+    const fs::path model = temp_dir() / "q3k.gguf";
+    std::ofstream(model, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    const fs::path manifest = manifest_for(model, "", "q3k.toml");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi"),
+                          "does not support weight type Q3_K");
+}
+
+TEST(CliErrors, UnknownBackendOption) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_F32), "", "opt.toml");
+    std::string text;
+    {
+        std::ifstream in(manifest);
+        text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    text.replace(text.find("threads = 1"), 11, "threads = 1\nwarp_drive = true");
+    const fs::path with_option = write_file("opt2.toml", text);
+    expect_one_error_line(run_host("run --manifest " + shell_quote(with_option.string()) + " --prompt hi"), "warp_drive");
+}
+
+}  // namespace
+}  // namespace cellm::testing

@@ -1,0 +1,215 @@
+// The engine on synthetic models: its logits against an independent naive forward for every weight type,
+// and the invariants of paged, batched execution (decode == prefill, batched == alone, truncate == fresh).
+#include "test_support.h"
+
+#include "error.h"
+#include "generator.h"
+#include "reference_forward.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace cellm::testing {
+namespace {
+
+std::vector<int32_t> sample_tokens(size_t n, int32_t salt) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 37 + static_cast<size_t>(salt) * 101 + 5) % 300);
+    return t;
+}
+
+int32_t argmax(const float* v, size_t n) { return static_cast<int32_t>(std::max_element(v, v + n) - v); }
+
+EngineOptions options_with(cellm_dtype kv_type, int32_t context = 256, int32_t max_sequences = 1) {
+    EngineOptions o;
+    o.kv_type = kv_type;
+    o.context_length = context;
+    o.max_sequences = max_sequences;
+    o.block_size = 4;  // small blocks so a short prompt spans several pages
+    return o;
+}
+
+class EngineVsReference : public ::testing::TestWithParam<cellm_dtype> {};
+
+TEST_P(EngineVsReference, LogitsMatchNaiveForwardAtEveryPosition) {
+    const auto path = synthetic_model(GetParam());
+    Stack s = make_stack(path, "scalar", options_with(CELLM_TYPE_F32));
+    const auto tokens = sample_tokens(19, 1);
+    const auto expected = reference_logits(s.model->file().view(), tokens);
+
+    const int32_t seq = s.engine->create_sequence();
+    std::vector<float> logits;
+    const Engine::Work work{seq, tokens, LogitsWanted::All};
+    s.engine->step({&work, 1}, logits);
+
+    const size_t n_vocab = static_cast<size_t>(s.engine->n_vocab());
+    ASSERT_EQ(logits.size(), tokens.size() * n_vocab);
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        const float* got = logits.data() + p * n_vocab;
+        ASSERT_EQ(expected[p].size(), n_vocab);
+        EXPECT_GT(cosine(got, expected[p].data(), n_vocab), 0.99999) << "position " << p;
+        EXPECT_EQ(argmax(got, n_vocab), argmax(expected[p].data(), n_vocab)) << "position " << p;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryWeightType, EngineVsReference,
+                         ::testing::Values(CELLM_TYPE_F32, CELLM_TYPE_F16, CELLM_TYPE_BF16, CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0,
+                                           CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0, CELLM_TYPE_Q5_1, CELLM_TYPE_Q4_K,
+                                           CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K),
+                         [](const auto& param_info) { return std::string(dtype_name(param_info.param)); });
+
+TEST(Engine, F16KvCacheStaysCloseToF32) {
+    const auto path = synthetic_model(CELLM_TYPE_Q8_0);
+    const auto tokens = sample_tokens(24, 2);
+    std::vector<float> f32, f16;
+    for (auto [type, out] : {std::pair{CELLM_TYPE_F32, &f32}, std::pair{CELLM_TYPE_F16, &f16}}) {
+        Stack s = make_stack(path, "scalar", options_with(type));
+        const Engine::Work work{s.engine->create_sequence(), tokens, LogitsWanted::All};
+        s.engine->step({&work, 1}, *out);
+    }
+    const size_t n_vocab = f32.size() / tokens.size();
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        EXPECT_GT(cosine(f32.data() + p * n_vocab, f16.data() + p * n_vocab, n_vocab), 0.9999) << "position " << p;
+    }
+}
+
+TEST(Engine, DecodeOneTokenAtATimeEqualsPrefill) {
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_Q4_1), "scalar", options_with(CELLM_TYPE_F32));
+    const auto tokens = sample_tokens(13, 3);
+    std::vector<float> all, one;
+    const Engine::Work prefill{s.engine->create_sequence(), tokens, LogitsWanted::All};
+    s.engine->step({&prefill, 1}, all);
+    const int32_t seq = s.engine->create_sequence();
+    const size_t n_vocab = static_cast<size_t>(s.engine->n_vocab());
+    for (size_t p = 0; p < tokens.size(); ++p) {
+        const Engine::Work w{seq, {&tokens[p], 1}, LogitsWanted::Last};
+        s.engine->step({&w, 1}, one);
+        for (size_t v = 0; v < n_vocab; ++v) ASSERT_NEAR(one[v], all[p * n_vocab + v], 1e-4) << "position " << p;
+    }
+}
+
+TEST(Engine, SequencesBatchedTogetherMatchEachAlone) {
+    const auto path = synthetic_model(CELLM_TYPE_Q8_0);
+    const std::vector<std::vector<int32_t>> prompts = {sample_tokens(9, 4), sample_tokens(3, 5), sample_tokens(14, 6)};
+    const size_t steps = 4;  // decode steps after the prompts, fed with greedy tokens
+
+    // Alone: each sequence in its own engine; record the last-position logits of every step.
+    std::vector<std::vector<std::vector<float>>> alone(prompts.size());
+    std::vector<std::vector<int32_t>> fed(prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        Stack s = make_stack(path, "scalar", options_with(CELLM_TYPE_F32));
+        const int32_t seq = s.engine->create_sequence();
+        std::vector<float> logits;
+        Engine::Work w{seq, prompts[i], LogitsWanted::Last};
+        for (size_t k = 0; k <= steps; ++k) {
+            s.engine->step({&w, 1}, logits);
+            alone[i].push_back(logits);
+            fed[i].push_back(argmax(logits.data(), logits.size()));
+            w.tokens = {&fed[i].back(), 1};
+        }
+    }
+
+    // Together: the prompts start at different steps (staggered), so prefill and decode share batches.
+    Stack s = make_stack(path, "scalar", options_with(CELLM_TYPE_F32, 256, 3));
+    std::vector<int32_t> seqs;
+    for (size_t i = 0; i < prompts.size(); ++i) seqs.push_back(s.engine->create_sequence());
+    std::vector<size_t> done(prompts.size(), 0);
+    const size_t n_vocab = static_cast<size_t>(s.engine->n_vocab());
+    for (size_t round = 0; round < steps + prompts.size(); ++round) {
+        std::vector<Engine::Work> work;
+        std::vector<size_t> who;
+        for (size_t i = 0; i < prompts.size() && i <= round; ++i) {
+            if (done[i] > steps) continue;
+            const std::span<const int32_t> toks =
+                done[i] == 0 ? std::span<const int32_t>(prompts[i]) : std::span<const int32_t>(&fed[i][done[i] - 1], 1);
+            work.push_back({seqs[i], toks, LogitsWanted::Last});
+            who.push_back(i);
+        }
+        if (work.empty()) break;
+        std::vector<float> logits;
+        s.engine->step(work, logits);
+        ASSERT_EQ(logits.size(), work.size() * n_vocab);
+        for (size_t r = 0; r < who.size(); ++r) {
+            const auto& expected = alone[who[r]][done[who[r]]];
+            for (size_t v = 0; v < n_vocab; ++v) {
+                ASSERT_NEAR(logits[r * n_vocab + v], expected[v], 1e-4) << "sequence " << who[r] << " step " << done[who[r]];
+            }
+            ++done[who[r]];
+        }
+    }
+}
+
+TEST(Engine, TruncateThenRecomputeGivesTheSameLogits) {
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_F16), "scalar", options_with(CELLM_TYPE_F32));
+    const auto tokens = sample_tokens(11, 7);
+    const int32_t seq = s.engine->create_sequence();
+    std::vector<float> first, again;
+    const Engine::Work all{seq, tokens, LogitsWanted::Last};
+    s.engine->step({&all, 1}, first);
+    s.engine->truncate(seq, 6);
+    EXPECT_EQ(s.engine->sequence_length(seq), 6);
+    const Engine::Work rest{seq, std::span<const int32_t>(tokens).subspan(6), LogitsWanted::Last};
+    s.engine->step({&rest, 1}, again);
+    ASSERT_EQ(first.size(), again.size());
+    for (size_t v = 0; v < first.size(); ++v) ASSERT_NEAR(first[v], again[v], 1e-4);
+}
+
+TEST(Engine, RefusesTooLongSequencesAndBadTokens) {
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_F32), "scalar", options_with(CELLM_TYPE_F16, 8));
+    const int32_t seq = s.engine->create_sequence();
+    std::vector<float> logits;
+    const auto nine = sample_tokens(9, 8);
+    const Engine::Work too_long{seq, nine, LogitsWanted::Last};
+    EXPECT_THROW(s.engine->step({&too_long, 1}, logits), Error);
+    EXPECT_EQ(s.engine->sequence_length(seq), 0);
+    const int32_t bad = 1 << 20;
+    const Engine::Work bad_token{seq, {&bad, 1}, LogitsWanted::Last};
+    EXPECT_THROW(s.engine->step({&bad_token, 1}, logits), Error);
+    // The engine is still usable afterwards.
+    const Engine::Work ok{seq, std::span<const int32_t>(nine).first(8), LogitsWanted::Last};
+    EXPECT_NO_THROW(s.engine->step({&ok, 1}, logits));
+    EXPECT_EQ(s.engine->kv_cache().block_size(), 4);
+}
+
+TEST(Generator, SameSeedSameTokensAndGreedyIsDeterministic) {
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_Q4_0), "scalar", options_with(CELLM_TYPE_F16));
+    GenerationRequest request;
+    request.prompt = sample_tokens(7, 9);
+    request.max_tokens = 12;
+    auto run = [&](float temperature, uint64_t seed) {
+        Generator g(*s.engine, s.model->tokenizer());
+        request.sampling.temperature = temperature;
+        request.sampling.seed = seed;
+        return g.generate(request, nullptr).tokens;
+    };
+    EXPECT_EQ(run(0.0f, 1), run(0.0f, 2));
+    EXPECT_EQ(run(1.0f, 42), run(1.0f, 42));
+}
+
+TEST(Generator, ReusesTheCachedPrefixOfTheNextTurn) {
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_Q8_0), "scalar", options_with(CELLM_TYPE_F32));
+    Generator g(*s.engine, s.model->tokenizer());
+    GenerationRequest request;
+    request.prompt = sample_tokens(10, 10);
+    request.sampling.temperature = 0;
+    request.max_tokens = 5;
+    const GenerationResult first = g.generate(request, nullptr);
+    EXPECT_EQ(first.reused_tokens, 0);
+
+    // The next turn extends the conversation: everything fed so far is reused.
+    request.prompt = g.cached();
+    const auto more = sample_tokens(4, 11);
+    request.prompt.insert(request.prompt.end(), more.begin(), more.end());
+    const size_t cached = g.cached().size();
+    const GenerationResult second = g.generate(request, nullptr);
+    EXPECT_EQ(static_cast<size_t>(second.reused_tokens), cached);
+
+    // And the answer is the one a fresh generator gives for the same prompt.
+    Generator fresh(*s.engine, s.model->tokenizer());
+    EXPECT_EQ(fresh.generate(request, nullptr).tokens, second.tokens);
+}
+
+}  // namespace
+}  // namespace cellm::testing

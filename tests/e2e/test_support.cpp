@@ -1,0 +1,118 @@
+#include "test_support.h"
+
+#include "synthetic_model.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace cellm::testing {
+
+fs::path source_dir() { return CELLM_SOURCE_DIR; }
+
+fs::path models_dir() {
+    if (const char* env = std::getenv("CELLM_MODELS")) return env;
+    const char* home = std::getenv("HOME");
+    return fs::path(home != nullptr ? home : "/root") / ".cache" / "cellm" / "models";
+}
+
+fs::path smollm2_path() { return models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+namespace {
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "cellm-e2e-XXXXXX").string();
+        if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+}  // namespace
+
+fs::path temp_dir() {
+    static TempDir dir;
+    return dir.path;
+}
+
+fs::path synthetic_model(cellm_dtype type) {
+    static std::mutex mutex;
+    static std::map<cellm_dtype, fs::path> written;
+    std::lock_guard lock(mutex);
+    if (auto it = written.find(type); it != written.end()) return it->second;
+    synthetic::ModelOptions options;
+    options.weight_type = type;
+    const fs::path path = temp_dir() / ("tiny-" + std::string(synthetic::weight_type_name(type)) + ".gguf");
+    synthetic::write_model(path.string(), options);
+    written[type] = path;
+    return path;
+}
+
+const PluginRegistry& registry() {
+    static PluginRegistry* r = [] {
+        auto* reg = new PluginRegistry();  // lives to the end of the process, like the host's
+        reg->add_directory(CELLM_PLUGIN_DIR);
+        return reg;
+    }();
+    return *r;
+}
+
+Stack make_stack(const fs::path& model, const std::string& backend, EngineOptions options) {
+    Stack s;
+    s.model = Model::load(registry(), model);
+    const Plugin* plugin = registry().find(CELLM_PLUGIN_BACKEND, backend);
+    if (plugin == nullptr) throw std::runtime_error("backend plugin '" + backend + "' was not built");
+    s.backend = std::make_unique<Backend>(*plugin, OptionList{});
+    s.engine = std::make_unique<Engine>(*s.model, *s.backend, options);
+    return s;
+}
+
+std::string shell_quote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+CommandResult run_host(const std::string& args) {
+    static int counter = 0;
+    const fs::path out = temp_dir() / ("out" + std::to_string(counter) + ".txt");
+    const fs::path err = temp_dir() / ("err" + std::to_string(counter++) + ".txt");
+    const std::string command = shell_quote(CELLM_HOST_BIN) + " " + args + " </dev/null >" + shell_quote(out.string()) +
+                                " 2>" + shell_quote(err.string());
+    const int status = std::system(command.c_str());
+    CommandResult r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    auto slurp = [](const fs::path& p) {
+        std::ifstream in(p);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        return ss.str();
+    };
+    r.out = slurp(out);
+    r.err = slurp(err);
+    return r;
+}
+
+double cosine(const float* a, const float* b, size_t n) {
+    double ab = 0, aa = 0, bb = 0;
+    for (size_t i = 0; i < n; ++i) {
+        ab += static_cast<double>(a[i]) * b[i];
+        aa += static_cast<double>(a[i]) * a[i];
+        bb += static_cast<double>(b[i]) * b[i];
+    }
+    return ab / (std::sqrt(aa) * std::sqrt(bb) + 1e-30);
+}
+
+}  // namespace cellm::testing

@@ -1,0 +1,49 @@
+// Shared by the end-to-end tests: where things are, a synthetic model on disk, and running cellm-host.
+#pragma once
+
+#include "engine.h"
+#include "model.h"
+#include "plugin_registry.h"
+
+#include <cellm/tensor.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cellm::testing {
+
+std::filesystem::path source_dir();
+// The folder scripts/fetch_models.sh fills: $CELLM_MODELS, else ~/.cache/cellm/models.
+std::filesystem::path models_dir();
+std::filesystem::path smollm2_path();
+// A fresh folder under the system temp dir, removed at exit of the test program.
+std::filesystem::path temp_dir();
+
+// Writes (once per process and type) the synthetic tiny llama model with 2-D weights of `type`.
+std::filesystem::path synthetic_model(cellm_dtype type);
+
+// A registry that loaded the built plugins.
+const PluginRegistry& registry();
+
+// A model on a scalar backend with an engine over it, as the CLI wires them.
+struct Stack {
+    std::unique_ptr<Model> model;
+    std::unique_ptr<Backend> backend;
+    std::unique_ptr<Engine> engine;
+};
+Stack make_stack(const std::filesystem::path& model, const std::string& backend = "scalar", EngineOptions options = {});
+
+struct CommandResult {
+    int exit_code = -1;
+    std::string out, err;
+};
+// Runs cellm-host with `args` (already shell-quoted where needed).
+CommandResult run_host(const std::string& args);
+std::string shell_quote(const std::string& s);
+
+// Cosine similarity of two equally long vectors.
+double cosine(const float* a, const float* b, size_t n);
+
+}  // namespace cellm::testing
