@@ -36,3 +36,16 @@ void dequantize_row(cellm_dtype type, const void* src, float* dst, int64_t n);
 void quantize_row(cellm_dtype type, const float* src, void* dst, int64_t n);
 
 }  // namespace cellm::blocks
+
+namespace cellm::blocks {
+
+// What the activation side of a dot product with a `weight_type` row looks like. llama.cpp's CPU kernels do
+// not multiply quantized weights with floats: they first round the activations to an 8-bit block format
+// (blocks of 32 with an fp16 scale amax/127 for Q4_0..Q8_0, blocks of 256 with a float scale for the
+// K-quants) or to the weight's half type (F16, BF16). MATMUL is defined with that rounding, so every cellm
+// backend computes what llama.cpp computes up to float summation order, and an int8 SIMD backend can match
+// the reference exactly. Writes the rounded values of x[0..n) to y (n a multiple of the weight's block size;
+// x and y may alias).
+void round_activations(cellm_dtype weight_type, const float* x, float* y, int64_t n);
+
+}  // namespace cellm::blocks

@@ -74,16 +74,19 @@ void get_rows(const Context& c) {
     }
 }
 
-// y = W x: each weight row is expanded once and dotted with every column of x.
+// y = W x: the columns of x are rounded as the weight type's dot product defines (blocks::round_activations),
+// then each weight row is expanded once and dotted with every column.
 void matmul(const Context& c) {
     const Node& w = c.src(0);
     const Node& x = c.src(1);
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const uint64_t row_bytes = blocks::row_bytes(w.type, k);
+    float* columns = c.plan.columns.data();
+    for (int64_t col = 0; col < n; ++col) blocks::round_activations(w.type, x.f32() + col * k, columns + col * k, k);
     float* row = c.plan.row.data();
     for (int64_t r = 0; r < m; ++r) {
         blocks::dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * row_bytes, row, k);
-        for (int64_t col = 0; col < n; ++col) c.node.f32()[col * m + r] = dot(row, x.f32() + col * k, k);
+        for (int64_t col = 0; col < n; ++col) c.node.f32()[col * m + r] = dot(row, columns + col * k, k);
     }
 }
 
@@ -177,6 +180,7 @@ void attention(const Context& c) {
     float* scores = c.plan.scores.data();
     float* kv_row = c.plan.row.data();
     float* acc = c.plan.row.data() + head_dim;
+    float* q_rounded = c.plan.row.data() + 2 * head_dim;
 
     for (int64_t t = 0; t < q.ne[2]; ++t) {
         const int64_t r = seq_of[t], p = pos_of[t];
@@ -194,7 +198,10 @@ void attention(const Context& c) {
         auto slot = [&](int64_t j) { return blocks_of[j / block_size] * block_size + j % block_size; };
 
         for (int64_t h = 0; h < n_head; ++h) {
-            const float* qh = q.f32() + (t * n_head + h) * head_dim;
+            // q meets the keys, and the attention weights meet the values, as MATMUL operands would: rounded to
+            // the pool's type (so an F16 cache computes what llama.cpp's F16 cache computes).
+            const float* qh = q_rounded;
+            blocks::round_activations(k_pool.type, q.f32() + (t * n_head + h) * head_dim, q_rounded, head_dim);
             const int64_t kv_offset = (h / group) * head_dim;
             float best = -INFINITY;
             for (int64_t j = first; j <= p; ++j) {
@@ -210,7 +217,8 @@ void attention(const Context& c) {
             }
             std::fill(acc, acc + head_dim, 0.0f);
             for (int64_t j = first; j <= p; ++j) {
-                const float w = scores[j - first] / sum;
+                float w = scores[j - first] / sum;
+                blocks::round_activations(v_pool.type, &w, &w, 1);
                 const float* v = pool_segment(v_pool, slot(j), kv_offset, head_dim, kv_row);
                 for (int64_t d = 0; d < head_dim; ++d) acc[d] += w * v[d];
             }

@@ -226,6 +226,7 @@ private:
                                        shape_text(x.ne));
         expect_output(CELLM_TYPE_F32, {w.ne[1], x.ne[1], x.ne[2], x.ne[3]});
         plan_.row.resize(std::max(plan_.row.size(), static_cast<size_t>(w.ne[0])));
+        plan_.columns.resize(std::max(plan_.columns.size(), static_cast<size_t>(x.nelements())));
     }
 
     void broadcast_binary() {
@@ -317,7 +318,7 @@ private:
         expect_vector(4, q.ne[2], "token sequences");
         expect_vector(5, q.ne[2], "positions");
         expect_output(CELLM_TYPE_F32, {static_cast<int64_t>(head_dim) * n_head, q.ne[2], 1, 1});
-        plan_.row.resize(std::max(plan_.row.size(), 2 * static_cast<size_t>(head_dim)));
+        plan_.row.resize(std::max(plan_.row.size(), 3 * static_cast<size_t>(head_dim)));
         plan_.scores.resize(std::max(plan_.scores.size(), static_cast<size_t>(src(3).ne[0] * block_size)));
     }
 

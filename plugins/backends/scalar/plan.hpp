@@ -37,6 +37,7 @@ struct Plan {
     uint64_t arena_size = 0;
     std::vector<float> row;     // one dequantized weight row, or rotary angles, or one K/V row plus an accumulator
     std::vector<float> scores;  // attention weights of one query
+    std::vector<float> columns; // MATMUL activations rounded as the weight type's dot product sees them
 };
 
 const char* op_name(cellm_op op);
