@@ -24,6 +24,7 @@ import numpy as np
 
 GENERATED_TOKENS = 32
 TOP = 20
+SAMPLE = 64  # token ids whose logits are kept at every position too, for a whole-vocabulary cosine estimate
 N_CTX = 512
 N_THREADS = 2
 
@@ -103,12 +104,41 @@ def sha256(path):
 
 def write_json(path, reference):
     """Indented JSON with one line per position, so diffs of the reference stay readable."""
-    top = [p.pop("top") for p in reference["prompts"]]
+    tables = [(p.pop("top"), p.pop("sample")) for p in reference["prompts"]]
     text = json.dumps(reference, indent=2, ensure_ascii=False)
-    for prompt_top in top:
-        rows = ",\n".join("        " + json.dumps(row, separators=(",", ":")) for row in prompt_top)
-        text = text.replace('"__top__"', "[\n" + rows + "\n      ]", 1)
+    for prompt_top, prompt_sample in tables:
+        for marker, table in (('"__top__"', prompt_top), ('"__sample__"', prompt_sample)):
+            rows = ",\n".join("        " + json.dumps(row, separators=(",", ":")) for row in table)
+            text = text.replace(marker, "[\n" + rows + "\n      ]", 1)
     path.write_text(text + "\n", encoding="utf-8")
+
+
+def self_agreement(reference, full_rows, other):
+    """How far llama.cpp is from itself when only its attention path changes (flash attention off): the
+    noise floor any independent implementation is measured against. `full_rows` are the reference run's logits,
+    `other` holds (greedy ids, logits rows) per prompt from the second run. Compared where the token sequences
+    agree."""
+    top1 = positions = greedy_same = below = 0
+    worst_top20, worst_cosine, max_diff = 1.0, 1.0, 0.0
+    for prompt, full, (greedy_ids, rows) in zip(reference["prompts"], full_rows, other):
+        greedy_same += greedy_ids == prompt["greedy_ids"]
+        shared = len(prompt["prompt_ids"]) + next(
+            (i for i, (a, b) in enumerate(zip(greedy_ids, prompt["greedy_ids"])) if a != b), len(greedy_ids))
+        for pos in range(min(shared, len(prompt["top"]))):
+            ids = [i for i, _ in prompt["top"][pos]]
+            ref = np.array([v for _, v in prompt["top"][pos]])
+            got = rows[pos][ids]
+            worst_top20 = min(worst_top20, float(ref @ got / np.linalg.norm(ref) / np.linalg.norm(got)))
+            a, b = full[pos].astype(np.float64), rows[pos].astype(np.float64)
+            cosine = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+            worst_cosine = min(worst_cosine, cosine)
+            below += cosine < 0.999
+            max_diff = max(max_diff, float(np.max(np.abs(ref - got))))
+            top1 += int(np.argmax(rows[pos])) == ids[0]
+            positions += 1
+    return {"greedy_identical": greedy_same, "prompts": len(other), "top1_agreement": round(top1 / positions, 4),
+            "worst_top20_cosine": round(worst_top20, 5), "worst_cosine": round(worst_cosine, 6),
+            "positions": positions, "positions_below_0.999": below, "max_abs_diff_top20": round(max_diff, 4)}
 
 
 def main():
@@ -125,7 +155,8 @@ def main():
     bos, eos = llm.token_bos(), llm.token_eos()
     detok = lambda t: llm.detokenize([t], special=True).decode("utf-8", errors="replace")
 
-    prompts = []
+    sample_ids = sorted(np.random.default_rng(0).choice(llm.n_vocab(), SAMPLE, replace=False).tolist())
+    prompts, full_rows = [], []
     for prompt in PROMPTS:
         text = prompt["text"]
         if prompt["chat"]:
@@ -133,6 +164,7 @@ def main():
         # add_bos=True asks for the model's own rule (tokenizer.ggml.add_bos_token), which llama.cpp applies.
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         generated, rows = greedy(llm, ids, eos)
+        full_rows.append(rows)
         batch_diff = float(np.max(np.abs(teacher_forced(llm, ids + generated) - rows)))
         prompts.append({
             "text": prompt["text"],
@@ -144,8 +176,15 @@ def main():
             "batch_vs_decode_max_abs_diff": round(batch_diff, 4),
             "top": [top_pairs(row) for row in rows],
             "top20": "__top__",
+            "sample": [[round(float(row[i]), 3) for i in sample_ids] for row in rows],
+            "sample_logits": "__sample__",
         })
         print(f"{prompt['text'][:40]!r}: {len(ids)} prompt + {len(generated)} generated tokens", file=sys.stderr)
+
+    # The same prompts through llama.cpp's other attention path, to measure its own rounding noise.
+    other = llama_cpp.Llama(str(model_path), n_ctx=N_CTX, n_threads=N_THREADS, logits_all=True, flash_attn=False,
+                            verbose=False)
+    other_runs = [greedy(other, p["prompt_ids"], eos) for p in prompts]
 
     reference = {
         "model": {
@@ -166,8 +205,12 @@ def main():
             "top": TOP,
             "logit_decimals": 4,
         },
+        "sample_ids": sample_ids,
+        "llama_cpp_self_agreement": None,
         "prompts": prompts,
     }
+    reference["llama_cpp_self_agreement"] = self_agreement(reference, full_rows, other_runs)
+    print("llama.cpp flash-attention off vs on:", reference["llama_cpp_self_agreement"], file=sys.stderr)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, reference)
     print(out)

@@ -60,6 +60,8 @@ INSTANTIATE_TEST_SUITE_P(EveryWeightType, EngineVsReference,
                                            CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K),
                          [](const auto& param_info) { return std::string(dtype_name(param_info.param)); });
 
+// An F16 cache stores keys and values in f16 and, by ATTENTION's definition, also rounds q and the attention
+// weights to f16 where they meet it (as llama.cpp does), hence a looser bound than the all-F32 comparisons.
 TEST(Engine, F16KvCacheStaysCloseToF32) {
     const auto path = synthetic_model(CELLM_TYPE_Q8_0);
     const auto tokens = sample_tokens(24, 2);
@@ -71,7 +73,7 @@ TEST(Engine, F16KvCacheStaysCloseToF32) {
     }
     const size_t n_vocab = f32.size() / tokens.size();
     for (size_t p = 0; p < tokens.size(); ++p) {
-        EXPECT_GT(cosine(f32.data() + p * n_vocab, f16.data() + p * n_vocab, n_vocab), 0.9999) << "position " << p;
+        EXPECT_GT(cosine(f32.data() + p * n_vocab, f16.data() + p * n_vocab, n_vocab), 0.9995) << "position " << p;
     }
 }
 

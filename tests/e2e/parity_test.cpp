@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 
 namespace cellm::testing {
@@ -48,15 +49,30 @@ TEST_P(Parity, TokenizerMatchesLlamaCpp) {
     }
 }
 
+// llama.cpp is not a bit-exact yardstick on this model. The reference file records how far llama.cpp moves
+// from itself when only its attention path changes (flash attention off): up to ~1 logit, whole-vocabulary
+// cosine down to 0.979 (75 of 256 positions under 0.999), top-1 flips wherever the two best tokens are within a
+// fraction of a logit, 3 of 6 greedy runs identical. The bars are therefore: no further from llama.cpp than
+// llama.cpp is from itself, and exact top-1 and greedy agreement wherever the reference is decisive (its best
+// token leads the second by at least kNearTie; llama.cpp vs itself has no top-1 flip there).
+constexpr double kNearTie = 0.25;
+
+double margin(const nlohmann::json& top20_row) {
+    return top20_row[0][1].get<double>() - top20_row[1][1].get<double>();
+}
+
 TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
     const size_t n_vocab = static_cast<size_t>(stack_.engine->n_vocab());
-    size_t positions = 0, top1_agree = 0;
-    double worst_cosine = 1.0;
+    const auto sample_ids = reference()["sample_ids"].get<std::vector<size_t>>();
+    const auto& self = reference()["llama_cpp_self_agreement"];
+    size_t positions = 0, top1_agree = 0, decisive = 0, decisive_agree = 0, below = 0;
+    double worst_cosine = 1.0, worst_top20 = 1.0;
     for (const auto& p : reference()["prompts"]) {
         std::vector<int32_t> tokens = p["prompt_ids"].get<std::vector<int32_t>>();
         const auto greedy = p["greedy_ids"].get<std::vector<int32_t>>();
         tokens.insert(tokens.end(), greedy.begin(), greedy.end());
         const auto& top20 = p["top20"];
+        const auto& sample = p["sample_logits"];
         ASSERT_EQ(top20.size(), tokens.size());
 
         const int32_t seq = stack_.engine->create_sequence();
@@ -67,54 +83,97 @@ TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
 
         for (size_t pos = 0; pos < tokens.size(); ++pos) {
             const float* ours = logits.data() + pos * n_vocab;
+            // The whole-vocabulary cosine, estimated from the top-20 (weight 1) and a fixed uniform sample of the
+            // other ids, each standing for (n_vocab - 20) / sample size of them.
             std::vector<float> expected, got;
+            std::vector<size_t> top_ids;
             for (const auto& entry : top20[pos]) {
-                got.push_back(ours[entry[0].get<size_t>()]);
+                top_ids.push_back(entry[0].get<size_t>());
+                got.push_back(ours[top_ids.back()]);
                 expected.push_back(entry[1].get<float>());
             }
-            const double c = cosine(got.data(), expected.data(), got.size());
+            worst_top20 = std::min(worst_top20, cosine(got.data(), expected.data(), got.size()));
+            double ab = 0, aa = 0, bb = 0;
+            for (size_t i = 0; i < got.size(); ++i) {
+                ab += static_cast<double>(got[i]) * expected[i];
+                aa += static_cast<double>(got[i]) * got[i];
+                bb += static_cast<double>(expected[i]) * expected[i];
+            }
+            const double weight = static_cast<double>(n_vocab - top_ids.size()) / static_cast<double>(sample_ids.size());
+            for (size_t i = 0; i < sample_ids.size(); ++i) {
+                if (std::find(top_ids.begin(), top_ids.end(), sample_ids[i]) != top_ids.end()) continue;
+                const double a = ours[sample_ids[i]], b = sample[pos][i].get<double>();
+                ab += weight * a * b;
+                aa += weight * a * a;
+                bb += weight * b * b;
+            }
+            const double c = ab / std::sqrt(aa * bb);
             worst_cosine = std::min(worst_cosine, c);
-            EXPECT_GE(c, 0.999) << "prompt '" << p["text"].get<std::string>() << "' position " << pos;
+            below += c < 0.999 ? 1 : 0;
+            EXPECT_GE(c, self["worst_cosine"].get<double>())
+                << "prompt '" << p["text"].get<std::string>() << "' position " << pos;
+
             const auto best = static_cast<int32_t>(std::max_element(ours, ours + n_vocab) - ours);
-            top1_agree += best == top20[pos][0][0].get<int32_t>() ? 1 : 0;
+            const bool agree = best == top20[pos][0][0].get<int32_t>();
+            top1_agree += agree ? 1 : 0;
             ++positions;
+            if (margin(top20[pos]) >= kNearTie) {
+                ++decisive;
+                decisive_agree += agree ? 1 : 0;
+            }
         }
     }
     const double agreement = static_cast<double>(top1_agree) / static_cast<double>(positions);
-    RecordProperty("worst_cosine", std::to_string(worst_cosine));
-    RecordProperty("top1_agreement", std::to_string(agreement));
-    std::printf("%s: %zu positions, worst top-20 cosine %.6f, top-1 agreement %.4f\n", GetParam().c_str(), positions,
-                worst_cosine, agreement);
-    EXPECT_GE(agreement, 0.98);
+    const double decisive_agreement = static_cast<double>(decisive_agree) / static_cast<double>(decisive);
+    std::printf("%s: %zu positions: cosine >= %.6f, under 0.999 at %zu (llama.cpp vs itself: >= %.6f, under 0.999 at "
+                "%d of %d); top-20 cosine >= %.5f (llama.cpp vs itself %.5f); top-1 agreement %.4f (llama.cpp vs itself "
+                "%.4f), %.4f on the %zu decisive positions\n",
+                GetParam().c_str(), positions, worst_cosine, below, self["worst_cosine"].get<double>(),
+                self["positions_below_0.999"].get<int>(), self["positions"].get<int>(), worst_top20,
+                self["worst_top20_cosine"].get<double>(), agreement, self["top1_agreement"].get<double>(),
+                decisive_agreement, decisive);
+    EXPECT_GE(decisive_agreement, 0.98);
+    // No further from llama.cpp than llama.cpp is from itself.
+    EXPECT_GE(agreement, self["top1_agreement"].get<double>());
+    EXPECT_GE(worst_top20, self["worst_top20_cosine"].get<double>());
 }
 
 TEST_P(Parity, GreedyGenerationsMatchLlamaCpp) {
-    int identical = 0, total = 0;
+    int identical = 0, identical_to_near_tie = 0, total = 0;
+    const Tokenizer& tok = stack_.model->tokenizer();
     for (const auto& p : reference()["prompts"]) {
-        Generator generator(*stack_.engine, stack_.model->tokenizer());
+        Generator generator(*stack_.engine, tok);
         GenerationRequest request;
         request.prompt = p["prompt_ids"].get<std::vector<int32_t>>();
         request.sampling.temperature = 0;
         request.max_tokens = static_cast<int32_t>(reference()["generator"]["greedy_tokens"].get<int>());
         std::vector<int32_t> expected = p["greedy_ids"].get<std::vector<int32_t>>();
         // Our generator does not return the end-of-generation token; llama.cpp's list may end with it.
-        const Tokenizer& tok = stack_.model->tokenizer();
         if (const auto eog = std::find_if(expected.begin(), expected.end(), [&](int32_t t) { return tok.is_end_of_generation(t); });
             eog != expected.end()) {
             expected.erase(eog, expected.end());
         }
         const auto got = generator.generate(request, nullptr).tokens;
         ++total;
-        if (got == expected) {
-            ++identical;
-        } else {
-            // The bar allows one divergence in six; each is printed so a drift is visible before it fails.
-            std::printf("diverges: prompt '%s'\n  ours:      %s\n  llama.cpp: %s\n", p["text"].get<std::string>().c_str(),
+        identical += got == expected ? 1 : 0;
+
+        // Compare up to the first step where llama.cpp's own choice was a near tie.
+        const size_t first = request.prompt.size() - 1;
+        size_t decisive = 0;
+        while (decisive < expected.size() && margin(p["top20"][first + decisive]) >= kNearTie) ++decisive;
+        const bool same_prefix = got.size() >= decisive && std::equal(expected.begin(), expected.begin() + static_cast<ptrdiff_t>(decisive), got.begin());
+        identical_to_near_tie += same_prefix ? 1 : 0;
+        if (got != expected) {
+            std::printf("differs after %zu decisive tokens%s: prompt '%s'\n  ours:      %s\n  llama.cpp: %s\n", decisive,
+                        same_prefix ? "" : " (BEFORE the first near tie)", p["text"].get<std::string>().c_str(),
                         tok.decode(got).c_str(), tok.decode(expected).c_str());
         }
     }
-    std::printf("%s: %d of %d greedy generations identical\n", GetParam().c_str(), identical, total);
-    EXPECT_GE(identical, 5);
+    std::printf("%s: %d of %d greedy generations identical in all %d tokens (llama.cpp vs itself: %d), %d of %d up to "
+                "llama.cpp's first near tie\n",
+                GetParam().c_str(), identical, total, reference()["generator"]["greedy_tokens"].get<int>(),
+                reference()["llama_cpp_self_agreement"]["greedy_identical"].get<int>(), identical_to_near_tie, total);
+    EXPECT_GE(identical_to_near_tie, 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, Parity, ::testing::ValuesIn(built_backends()),

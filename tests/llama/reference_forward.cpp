@@ -77,12 +77,21 @@ Vec row(const cellm_tensor_info& t, int64_t r) {
 
 // ---- The math -----------------------------------------------------------------------------------------------
 
-// y = W x for every position; W is [in, out] (GGUF order), so each of its `out` rows is dotted with x.
-Rows matmul(const cellm_tensor_info& w, const Rows& x) {
+// y = W x for every position; W is [in, out] (GGUF order), so each of its `out` rows is dotted with x: in float,
+// or as MATMUL defines it (the activations quantized for W's type, as llama.cpp does; blocks::Activations).
+Rows matmul(const cellm_tensor_info& w, const Rows& x, Arithmetic arithmetic) {
     Rows y(x.size(), Vec(static_cast<size_t>(w.ne[1])));
+    const uint64_t bytes = blocks::row_bytes(w.type, w.ne[0]);
+    std::vector<blocks::Activations> prepared(x.size());
+    for (size_t p = 0; p < x.size(); ++p) prepared[p].prepare(w.type, x[p].data(), static_cast<int64_t>(x[p].size()));
     for (int64_t r = 0; r < w.ne[1]; ++r) {
         const Vec wr = row(w, r);
         for (size_t p = 0; p < x.size(); ++p) {
+            if (arithmetic == Arithmetic::LikeLlamaCpp) {
+                y[p][static_cast<size_t>(r)] =
+                    prepared[p].dot(static_cast<const char*>(w.data) + static_cast<uint64_t>(r) * bytes, wr.data());
+                continue;
+            }
             double sum = 0.0;
             for (size_t c = 0; c < wr.size(); ++c) sum += static_cast<double>(wr[c]) * x[p][c];
             y[p][static_cast<size_t>(r)] = static_cast<float>(sum);
@@ -172,7 +181,9 @@ void add(Rows& x, const Rows& y) {
 
 }  // namespace
 
-std::vector<std::vector<float>> reference_logits(const cellm_model_view& model, std::span<const int32_t> tokens) {
+std::vector<std::vector<float>> reference_logits(const cellm_model_view& model, std::span<const int32_t> tokens,
+                                                 Arithmetic arithmetic) {
+    auto matmul = [arithmetic](const cellm_tensor_info& w, const Rows& x) { return testing::matmul(w, x, arithmetic); };
     const Reader r{model};
     const int64_t n_embd = r.count("llama.embedding_length");
     const int64_t n_layer = r.count("llama.block_count");

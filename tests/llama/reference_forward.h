@@ -15,6 +15,9 @@ namespace cellm::testing {
 // weights with cellm::blocks, and handles GQA, tied embeddings, rope_freqs, linear rope scaling and both
 // rope layouts (GGUF's adjacent pairs, or "halves" when cellm.rope.layout says so).
 // Throws std::runtime_error for a missing key or tensor and std::out_of_range for a token outside the vocab.
-std::vector<std::vector<float>> reference_logits(const cellm_model_view& model, std::span<const int32_t> tokens);
+// Float: every product in float. LikeLlamaCpp: MATMUL's definition, activations quantized for the weight type.
+enum class Arithmetic { Float, LikeLlamaCpp };
+std::vector<std::vector<float>> reference_logits(const cellm_model_view& model, std::span<const int32_t> tokens,
+                                                 Arithmetic arithmetic = Arithmetic::LikeLlamaCpp);
 
 }  // namespace cellm::testing

@@ -71,7 +71,7 @@ TEST_F(SmolLM2, LlamaPluginReadsTheFile) {
 
 TEST_F(SmolLM2, ReferenceMatchesIndependentNumpyForward) {
     const auto tokens = expected.at("tokens").get<std::vector<int32_t>>();
-    const std::vector<std::vector<float>> logits = reference_logits(view, tokens);
+    const std::vector<std::vector<float>> logits = reference_logits(view, tokens, Arithmetic::Float);
     ASSERT_EQ(logits.size(), tokens.size());
     for (size_t p = 0; p < tokens.size(); ++p) {
         const nlohmann::json& row = expected.at("positions").at(p);

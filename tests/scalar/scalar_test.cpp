@@ -194,13 +194,45 @@ TEST_F(Scalar, MatmulAndGetRowsForEveryWeightType) {
         ASSERT_EQ(prepare({mm, rows}), "");
         ASSERT_EQ(execute({{ids, {2, 0}}}), "");
 
+        // MATMUL's definition written out: the activations rounded as the weight type's dot product sees
+        // them (ggml's Q8 blocks: codes x*127/amax, fp16 scale); Q4_1/Q5_1 add each block's min times the
+        // Q8_1 block sum stored as fp16 rather than the exact sum of the rounded values.
+        const bool affine = type == CELLM_TYPE_Q4_1 || type == CELLM_TYPE_Q5_1;
+        const bool q8_blocks = affine || type == CELLM_TYPE_Q4_0 || type == CELLM_TYPE_Q5_0 || type == CELLM_TYPE_Q8_0;
         std::vector<float> want(m * n);
-        for (int64_t c = 0; c < n; ++c)
+        for (int64_t c = 0; c < n; ++c) {
+            std::vector<float> xr(x.begin() + c * k, x.begin() + (c + 1) * k), block_sums(k / 32, 0.0f);
+            if (q8_blocks) {
+                for (int64_t b = 0; b < k / 32; ++b) {
+                    float amax = 0;
+                    for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xr[b * 32 + j]));
+                    const float d = amax / 127.0f, d16 = cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(d));
+                    int codes = 0;
+                    for (int64_t j = 0; j < 32; ++j) {
+                        const float q = std::nearbyint(xr[b * 32 + j] * (127.0f / amax));
+                        codes += int(q);
+                        xr[b * 32 + j] = q * d16;
+                    }
+                    block_sums[b] = cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(d * float(codes))) - d16 * float(codes);
+                }
+            } else {
+                cellm::blocks::round_activations(type, xr.data(), xr.data(), k);
+            }
             for (int64_t r = 0; r < m; ++r) {
                 double s = 0;
-                for (int64_t i = 0; i < k; ++i) s += double(w[r * k + i]) * x[c * k + i];
+                for (int64_t i = 0; i < k; ++i) s += double(w[r * k + i]) * xr[i];
+                if (affine) {
+                    const uint8_t* row = stored.data() + r * cellm::blocks::row_bytes(type, k);
+                    const uint64_t block_bytes = cellm::blocks::row_bytes(type, 32);
+                    for (int64_t b = 0; b < k / 32; ++b) {
+                        uint16_t min_bits;
+                        std::memcpy(&min_bits, row + b * block_bytes + 2, 2);
+                        s += double(cellm::blocks::fp16_to_fp32(min_bits)) * block_sums[b];
+                    }
+                }
                 want[c * m + r] = float(s);
             }
+        }
         expect_near_all(results[0], want, 1e-5f, "matmul");
         std::vector<float> picked(w.begin() + 2 * k, w.end());
         picked.insert(picked.end(), w.begin(), w.begin() + k);
@@ -335,7 +367,10 @@ TEST_F(Scalar, PagedAttention) {
             std::vector<int> js;
             for (int j = std::max(0, pos[t] - window + 1); j <= pos[t]; ++j) {
                 double s = 0;
-                for (int d = 0; d < hd; ++d) s += double(q[(t * n_head + h) * hd + d]) * k_ref[size_t(slot_of(seq[t], j)) * kv_dim + kvh * hd + d];
+                // q meets an F16 key pool rounded to f16, as a MATMUL operand of an F16 weight would be.
+                for (int d = 0; d < hd; ++d)
+                    s += double(cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(q[(t * n_head + h) * hd + d]))) *
+                         k_ref[size_t(slot_of(seq[t], j)) * kv_dim + kvh * hd + d];
                 s = cap * std::tanh(s * scale / cap);
                 w.push_back(s);
                 js.push_back(j);

@@ -7,15 +7,22 @@ namespace cellm::blocks {
 
 namespace {
 
-// Q8_0 / Q8_1 as ggml's quantize_row_q8_*: scale amax/127 stored as fp16, codes rounded with 1/scale.
-void round_q8_32(const float* x, float* y, int64_t n) {
-    for (int64_t b = 0; b < n; b += 32) {
+// Q8_0 / Q8_1 as ggml's quantize_row_q8_*: codes x * 127/amax rounded to nearest even, the scale amax/127 and
+// the block sum scale * sum(codes) stored as fp16.
+void quantize_q8_32(const float* x, int64_t n, int8_t* codes, float* scales, float* sums) {
+    for (int64_t b = 0; b < n / 32; ++b) {
+        const float* xb = x + b * 32;
         float amax = 0.0f;
-        for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+        for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
         const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        const float stored = fp16_to_fp32(fp32_to_fp16(d));
-        for (int64_t j = 0; j < 32; ++j) y[b + j] = std::nearbyint(x[b + j] * id) * stored;
+        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int sum = 0;
+        for (int64_t j = 0; j < 32; ++j) {
+            codes[b * 32 + j] = static_cast<int8_t>(std::nearbyint(xb[j] * id));
+            sum += codes[b * 32 + j];
+        }
+        scales[b] = fp16_to_fp32(fp32_to_fp16(d));
+        sums[b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
     }
 }
 
@@ -43,9 +50,13 @@ void round_q8_k(const float* x, float* y, int64_t n) {
 
 void round_activations(cellm_dtype weight_type, const float* x, float* y, int64_t n) {
     switch (weight_type) {
-    case CELLM_TYPE_Q4_0: case CELLM_TYPE_Q4_1: case CELLM_TYPE_Q5_0: case CELLM_TYPE_Q5_1: case CELLM_TYPE_Q8_0:
-        round_q8_32(x, y, n);
+    case CELLM_TYPE_Q4_0: case CELLM_TYPE_Q4_1: case CELLM_TYPE_Q5_0: case CELLM_TYPE_Q5_1: case CELLM_TYPE_Q8_0: {
+        std::vector<int8_t> codes(static_cast<size_t>(n));
+        std::vector<float> scales(static_cast<size_t>(n / 32)), sums(static_cast<size_t>(n / 32));
+        quantize_q8_32(x, n, codes.data(), scales.data(), sums.data());
+        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(codes[static_cast<size_t>(i)]) * scales[static_cast<size_t>(i / 32)];
         return;
+    }
     case CELLM_TYPE_Q4_K: case CELLM_TYPE_Q5_K: case CELLM_TYPE_Q6_K:
         round_q8_k(x, y, n);
         return;
@@ -59,6 +70,27 @@ void round_activations(cellm_dtype weight_type, const float* x, float* y, int64_
         if (x != y) std::copy(x, x + n, y);
         return;
     }
+}
+
+void Activations::prepare(cellm_dtype weight_type, const float* x, int64_t n) {
+    type_ = weight_type;
+    n_ = n;
+    if (has_q8_dot(weight_type)) {
+        codes_.resize(static_cast<size_t>(n));
+        scales_.resize(static_cast<size_t>(n / 32));
+        sums_.resize(static_cast<size_t>(n / 32));
+        quantize_q8_32(x, n, codes_.data(), scales_.data(), sums_.data());
+    } else {
+        values_.resize(static_cast<size_t>(n));
+        round_activations(weight_type, x, values_.data(), n);
+    }
+}
+
+float Activations::dot(const void* row, const float* expanded) const {
+    if (has_q8_dot(type_)) return dot_q8(type_, row, codes_.data(), scales_.data(), sums_.data(), n_);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n_; ++i) sum += static_cast<double>(expanded[i]) * values_[static_cast<size_t>(i)];
+    return static_cast<float>(sum);
 }
 
 }  // namespace cellm::blocks

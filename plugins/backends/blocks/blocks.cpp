@@ -115,6 +115,18 @@ struct Legacy {
         }
     }
 
+    // ggml's vec_dot with Q8_0 (symmetric) or Q8_1 (affine) activation blocks: an integer sum per block, scaled
+    // by both fp16 scales; the affine min meets the activation block's stored fp16 sum.
+    static float dot_q8(const uint8_t* b, const int8_t* x, float x_scale, float x_sum) {
+        int q[block];
+        read_codes(b, q);
+        int sum = 0;
+        for (int j = 0; j < block; ++j) sum += q[j] * x[j];
+        float dot = load_half(b) * x_scale * static_cast<float>(sum);
+        if constexpr (Affine) dot += load_half(b + 2) * x_sum;
+        return dot;
+    }
+
     static void quantize(const float* x, uint8_t* b) {
         int q[block];
         if constexpr (Affine) {
@@ -282,7 +294,25 @@ struct Format {
     uint64_t bytes;
     void (*dequantize)(const uint8_t* src, float* dst, int64_t n_blocks);
     void (*quantize)(const float* src, uint8_t* dst, int64_t n_blocks);
+    float (*dot_q8)(const uint8_t* row, const int8_t* codes, const float* scales, const float* sums, int64_t n_blocks);
 };
+
+template <class T>
+concept HasQ8Dot = requires(const uint8_t* b, const int8_t* x) { T::dot_q8(b, x, 1.0f, 1.0f); };
+
+template <class T>
+constexpr auto dot_q8_of() {
+    float (*fn)(const uint8_t*, const int8_t*, const float*, const float*, int64_t) = nullptr;
+    if constexpr (HasQ8Dot<T>) {
+        fn = [](const uint8_t* row, const int8_t* codes, const float* scales, const float* sums, int64_t n_blocks) {
+            float total = 0.0f;
+            for (int64_t i = 0; i < n_blocks; ++i)
+                total += T::dot_q8(row + i * T::bytes, codes + i * T::block, scales[i], sums[i]);
+            return total;
+        };
+    }
+    return fn;
+}
 
 template <class T>
 constexpr Format format(cellm_dtype type) {
@@ -292,7 +322,8 @@ constexpr Format format(cellm_dtype type) {
             },
             [](const float* src, uint8_t* dst, int64_t n_blocks) {
                 for (int64_t i = 0; i < n_blocks; ++i) T::quantize(src + i * T::block, dst + i * T::bytes);
-            }};
+            },
+            dot_q8_of<T>()};
 }
 
 constexpr Format formats[] = {
@@ -343,6 +374,17 @@ uint64_t row_bytes(cellm_dtype type, int64_t n) {
 void dequantize_row(cellm_dtype type, const void* src, float* dst, int64_t n) {
     const Format& f = checked(type, n);
     f.dequantize(static_cast<const uint8_t*>(src), dst, n / f.block);
+}
+
+bool has_q8_dot(cellm_dtype type) {
+    const Format* f = find(type);
+    return f != nullptr && f->dot_q8 != nullptr;
+}
+
+float dot_q8(cellm_dtype type, const void* row, const int8_t* codes, const float* scales, const float* sums, int64_t n) {
+    const Format& f = checked(type, n);
+    if (f.dot_q8 == nullptr) throw std::invalid_argument("blocks: type " + std::to_string(type) + " has no Q8 dot product");
+    return f.dot_q8(static_cast<const uint8_t*>(row), codes, scales, sums, n / f.block);
 }
 
 void quantize_row(cellm_dtype type, const float* src, void* dst, int64_t n) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace cellm::blocks {
 
@@ -39,13 +40,38 @@ void quantize_row(cellm_dtype type, const float* src, void* dst, int64_t n);
 
 namespace cellm::blocks {
 
-// What the activation side of a dot product with a `weight_type` row looks like. llama.cpp's CPU kernels do
-// not multiply quantized weights with floats: they first round the activations to an 8-bit block format
-// (blocks of 32 with an fp16 scale amax/127 for Q4_0..Q8_0, blocks of 256 with a float scale for the
-// K-quants) or to the weight's half type (F16, BF16). MATMUL is defined with that rounding, so every cellm
-// backend computes what llama.cpp computes up to float summation order, and an int8 SIMD backend can match
-// the reference exactly. Writes the rounded values of x[0..n) to y (n a multiple of the weight's block size;
-// x and y may alias).
+// llama.cpp's CPU kernels never multiply quantized weights with floats: they first quantize the activations,
+// to Q8_0 blocks (32 codes, fp16 scale amax/127) for Q4_0/Q5_0/Q8_0, to Q8_1 blocks (the same plus the block's
+// fp16 sum) for Q4_1/Q5_1, to Q8_K blocks (256 codes, float scale) for the K-quants, or to the weight's half
+// type (F16, BF16). MATMUL is defined with that rounding, so every cellm backend computes what llama.cpp
+// computes up to float summation order, and an int8 SIMD backend can match the reference. Small models are
+// sensitive to it: on SmolLM2-135M the fp16 block sums of Q8_1 alone move logits by up to 0.8.
+
+// Writes to y the values x[0..n) takes on as the activation side of a `weight_type` dot product (n a multiple
+// of the weight's block size; x and y may alias). Exact for the float and K-quant formats.
 void round_activations(cellm_dtype weight_type, const float* x, float* y, int64_t n);
+
+// True for the 32-element block formats, whose dot product needs the quantized activations themselves.
+bool has_q8_dot(cellm_dtype weight_type);
+// Sum over blocks of d_w * scale * sum(q_w * code) (+ m_w * sum for Q4_1/Q5_1): one stored row against
+// activations quantized by quantize_activations. n is the row length.
+float dot_q8(cellm_dtype weight_type, const void* row, const int8_t* codes, const float* scales, const float* sums,
+             int64_t n);
+
+// Activations of one column prepared for dot products with rows of one weight type.
+class Activations {
+public:
+    void prepare(cellm_dtype weight_type, const float* x, int64_t n);
+    // The dot product with one stored row. `expanded` is that row dequantized: the formats without a Q8 dot
+    // use it (callers expand each row once for all columns); the block formats read `row` itself.
+    float dot(const void* row, const float* expanded) const;
+
+private:
+    cellm_dtype type_ = CELLM_TYPE_F32;
+    int64_t n_ = 0;
+    std::vector<float> values_;   // rounded activations (formats without a Q8 dot)
+    std::vector<int8_t> codes_;   // Q8 codes, scales and block sums (formats with one)
+    std::vector<float> scales_, sums_;
+};
 
 }  // namespace cellm::blocks

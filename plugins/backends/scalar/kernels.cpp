@@ -74,19 +74,21 @@ void get_rows(const Context& c) {
     }
 }
 
-// y = W x: the columns of x are rounded as the weight type's dot product defines (blocks::round_activations),
-// then each weight row is expanded once and dotted with every column.
+// y = W x. Each column of x is prepared once as the weight type's dot product defines it (quantized to Q8
+// blocks, or rounded; see blocks::Activations), then every weight row meets every column.
 void matmul(const Context& c) {
     const Node& w = c.src(0);
     const Node& x = c.src(1);
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const uint64_t row_bytes = blocks::row_bytes(w.type, k);
-    float* columns = c.plan.columns.data();
-    for (int64_t col = 0; col < n; ++col) blocks::round_activations(w.type, x.f32() + col * k, columns + col * k, k);
-    float* row = c.plan.row.data();
+    auto& columns = c.plan.columns;
+    for (int64_t col = 0; col < n; ++col) columns[static_cast<size_t>(col)].prepare(w.type, x.f32() + col * k, k);
+    const bool expand = !blocks::has_q8_dot(w.type);
+    float* expanded = c.plan.row.data();
     for (int64_t r = 0; r < m; ++r) {
-        blocks::dequantize_row(w.type, w.data + static_cast<uint64_t>(r) * row_bytes, row, k);
-        for (int64_t col = 0; col < n; ++col) c.node.f32()[col * m + r] = dot(row, columns + col * k, k);
+        const std::byte* row = w.data + static_cast<uint64_t>(r) * row_bytes;
+        if (expand) blocks::dequantize_row(w.type, row, expanded, k);
+        for (int64_t col = 0; col < n; ++col) c.node.f32()[col * m + r] = columns[static_cast<size_t>(col)].dot(row, expanded);
     }
 }
 

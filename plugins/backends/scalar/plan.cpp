@@ -226,7 +226,7 @@ private:
                                        shape_text(x.ne));
         expect_output(CELLM_TYPE_F32, {w.ne[1], x.ne[1], x.ne[2], x.ne[3]});
         plan_.row.resize(std::max(plan_.row.size(), static_cast<size_t>(w.ne[0])));
-        plan_.columns.resize(std::max(plan_.columns.size(), static_cast<size_t>(x.nelements())));
+        plan_.columns.resize(std::max(plan_.columns.size(), static_cast<size_t>(x.rows())));
     }
 
     void broadcast_binary() {

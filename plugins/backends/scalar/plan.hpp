@@ -2,6 +2,8 @@
 // (weights and KV pools where their buffers are, everything else in one arena planned once).
 #pragma once
 
+#include "blocks.h"
+
 #include "memory.hpp"
 
 #include <cellm/backend.h>
@@ -37,7 +39,7 @@ struct Plan {
     uint64_t arena_size = 0;
     std::vector<float> row;     // one dequantized weight row, or rotary angles, or one K/V row plus an accumulator
     std::vector<float> scores;  // attention weights of one query
-    std::vector<float> columns; // MATMUL activations rounded as the weight type's dot product sees them
+    std::vector<blocks::Activations> columns;  // MATMUL activations prepared for the weight type, one per column
 };
 
 const char* op_name(cellm_op op);
