@@ -76,6 +76,23 @@ TEST(Cli, ChatTemplatePromptIsUsedByDefault) {
     EXPECT_GT(nlohmann::json::parse(chat.out)["prompt_tokens"].get<int>(), nlohmann::json::parse(raw.out)["prompt_tokens"].get<int>());
 }
 
+TEST(Cli, ChatKeepsTheConversationInTheCache) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
+    const CommandResult r = run_host("chat --manifest " + shell_quote(manifest.string()), "the cat\nthe dog\n/exit\n");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // Second turn: everything the first turn computed is reused (its prompt and the reply fed back).
+    const auto first = r.err.find(" reused from the cache");
+    ASSERT_NE(first, std::string::npos) << r.err;
+    const auto second = r.err.find(" reused from the cache", first + 1);
+    ASSERT_NE(second, std::string::npos) << r.err;
+    const auto number_before = [&](size_t at) {
+        size_t start = r.err.rfind(", ", at);
+        return std::stoi(r.err.substr(start + 2, at - start - 2));
+    };
+    EXPECT_EQ(number_before(first), 0);
+    EXPECT_GT(number_before(second), 10);
+}
+
 TEST(Cli, TokenizeAndInspect) {
     const std::string model = shell_quote(synthetic_model(CELLM_TYPE_Q4_0).string());
     const CommandResult t = run_host("tokenize --model " + model + " --text 'the cat<|im_end|>' --json");

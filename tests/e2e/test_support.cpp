@@ -85,19 +85,21 @@ std::string shell_quote(const std::string& s) {
     return out + "'";
 }
 
-CommandResult run_host(const std::string& args) {
+CommandResult run_host(const std::string& args, const std::string& input) {
     static int counter = 0;
+    const fs::path in = temp_dir() / ("in" + std::to_string(counter) + ".txt");
+    std::ofstream(in) << input;
     const fs::path out = temp_dir() / ("out" + std::to_string(counter) + ".txt");
     const fs::path err = temp_dir() / ("err" + std::to_string(counter++) + ".txt");
-    const std::string command = shell_quote(CELLM_HOST_BIN) + " " + args + " </dev/null >" + shell_quote(out.string()) +
+    const std::string command = shell_quote(CELLM_HOST_BIN) + " " + args + " <" + shell_quote(in.string()) + " >" + shell_quote(out.string()) +
                                 " 2>" + shell_quote(err.string());
     const int status = std::system(command.c_str());
     CommandResult r;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     auto slurp = [](const fs::path& p) {
-        std::ifstream in(p);
+        std::ifstream file(p);
         std::stringstream ss;
-        ss << in.rdbuf();
+        ss << file.rdbuf();
         return ss.str();
     };
     r.out = slurp(out);

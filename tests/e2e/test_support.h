@@ -39,8 +39,8 @@ struct CommandResult {
     int exit_code = -1;
     std::string out, err;
 };
-// Runs cellm-host with `args` (already shell-quoted where needed).
-CommandResult run_host(const std::string& args);
+// Runs cellm-host with `args` (already shell-quoted where needed) and `input` on its standard input.
+CommandResult run_host(const std::string& args, const std::string& input = "");
 std::string shell_quote(const std::string& s);
 
 // Cosine similarity of two equally long vectors.
