@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help
+        std::fprintf(stderr, "cellm-host: error: %s (see cellm-host --help)\n", e.what());
+        return 2;
     }
     if (verbose) spdlog::set_level(spdlog::level::debug);
     try {

@@ -110,6 +110,12 @@ TEST(Cli, TokenizeAndInspect) {
     }
 }
 
+TEST(CliErrors, BadCommandLine) {
+    expect_one_error_line(run_host("run --prompt hi"), "--manifest");
+    expect_one_error_line(run_host("fly"), "subcommand");
+    expect_one_error_line(run_host("run --manifest x.toml --prompt hi --temperature -1"), "temperature");
+}
+
 TEST(CliErrors, MissingModel) {
     const fs::path manifest = manifest_for(temp_dir() / "nope.gguf", "", "missing.toml");
     expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi"), "does not exist");
