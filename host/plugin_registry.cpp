@@ -193,7 +193,7 @@ std::vector<const Plugin*> PluginRegistry::plugins(cellm_plugin_kind kind) const
     return out;
 }
 
-const std::vector<const Plugin*> PluginRegistry::all() const {
+std::vector<const Plugin*> PluginRegistry::all() const {
     std::vector<const Plugin*> out;
     for (const auto& lib : libraries_) out.push_back(&lib->plugin);
     return out;

@@ -54,7 +54,7 @@ public:
     // The arch plugin that lists `architecture` (general.architecture), or NULL.
     const Plugin* find_arch_for(std::string_view architecture) const;
     std::vector<const Plugin*> plugins(cellm_plugin_kind kind) const;
-    const std::vector<const Plugin*> all() const;
+    std::vector<const Plugin*> all() const;
     const std::vector<SkippedFile>& skipped() const { return skipped_; }
     // "gguf, safetensors": the names of one kind, for error messages.
     std::string names(cellm_plugin_kind kind) const;

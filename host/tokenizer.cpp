@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <array>
 #include <charconv>
 #include <cstdio>
@@ -299,13 +300,14 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         throw Error("tokenizer.ggml.tokens: bad token count " + std::to_string(n_tokens));
     }
     const auto* texts = static_cast<const cellm_string_ref*>(tokens->first);
-    const int32_t* types = nullptr;
+    // Numeric arrays point into the file and need not be aligned: read elements with memcpy.
+    const void* types = nullptr;
     if (const auto type_array = meta.array("tokenizer.ggml.token_type", CELLM_VALUE_I32)) {
         if (type_array->second < n_tokens) {
             throw Error("tokenizer.ggml.token_type: " + std::to_string(type_array->second) + " entries for " +
                         std::to_string(n_tokens) + " tokens");
         }
-        types = static_cast<const int32_t*>(type_array->first);
+        types = type_array->first;
     }
 
     tok->tokens_.resize(n_tokens);
@@ -314,7 +316,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         auto& token = tok->tokens_[i];
         token.text = std::string(Metadata::checked(texts[i], "tokenizer.ggml.tokens"));
         if (token.text.empty()) token.text = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp names them
-        token.attr = types ? attr_of_type(types[i]) : attr_normal;
+        int32_t type = 0;
+        if (types != nullptr) std::memcpy(&type, static_cast<const char*>(types) + i * sizeof(int32_t), sizeof(type));
+        token.attr = types ? attr_of_type(type) : attr_normal;
         tok->ids_[token.text] = static_cast<int32_t>(i);  // a repeated spelling maps to its last id
     }
 

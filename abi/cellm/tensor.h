@@ -106,7 +106,8 @@ typedef struct cellm_string_ref {
 
 /* One metadata entry. Scalars are widened into u64/i64/f64 (bool into u64); strings point into memory owned
  * by the model file; arrays hold `count` elements of `elem_type`:
- *  - numeric elements are packed at their natural size (little endian) at `data`;
+ *  - numeric elements are packed at their natural size (little endian) at `data`, which need not be aligned
+ *    (read them with memcpy);
  *  - string elements are an array of cellm_string_ref at `data`;
  *  - nested arrays are not exposed (count is set, data is NULL). */
 typedef struct cellm_meta_value {
