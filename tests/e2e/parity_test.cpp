@@ -4,6 +4,7 @@
 #include "test_support.h"
 
 #include "generator.h"
+#include "prompt.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -43,9 +44,16 @@ protected:
 
 TEST_P(Parity, TokenizerMatchesLlamaCpp) {
     const Tokenizer& tok = stack_.model->tokenizer();
+    const PromptBuilder prompt(tok, ChatConfig{});  // what `cellm-host run --chat` does with the default manifest
     for (const auto& p : reference()["prompts"]) {
+        const auto expected = p["prompt_ids"].get<std::vector<int32_t>>();
         const std::string text = p["chat"].get<bool>() ? p["rendered"].get<std::string>() : p["text"].get<std::string>();
-        EXPECT_EQ(tok.encode(text, tok.add_bos(), true), p["prompt_ids"].get<std::vector<int32_t>>()) << text;
+        EXPECT_EQ(tok.encode(text, tok.add_bos(), true), expected) << text;
+        if (p["chat"].get<bool>()) {
+            const ChatMessage message{"user", p["text"].get<std::string>()};
+            EXPECT_EQ(prompt.render({&message, 1}), text);
+            EXPECT_EQ(prompt.chat_tokens({&message, 1}), expected);
+        }
     }
 }
 
