@@ -15,5 +15,6 @@ Command add_chat(CLI::App& app);
 Command add_plugins(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_tokenize(CLI::App& app);
+Command add_bench(CLI::App& app);
 
 }  // namespace cellm::cli

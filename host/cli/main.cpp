@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     add("plugins", "List discovered plugins, what they support, and skipped files", cellm::cli::add_plugins);
     add("inspect", "Show a model file's format, arch, hyperparameters, tokenizer and tensors", cellm::cli::add_inspect);
     add("tokenize", "Show the token ids of a text", cellm::cli::add_tokenize);
+    add("bench", "Measure prefill and decode speed, time to first token and peak memory", cellm::cli::add_bench);
 
     try {
         app.parse(argc, argv);

@@ -93,6 +93,17 @@ TEST(Cli, ChatKeepsTheConversationInTheCache) {
     EXPECT_GT(number_before(second), 10);
 }
 
+TEST(Cli, BenchPrintsMediansAsJson) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q4_1));
+    const CommandResult r = run_host("bench --manifest " + shell_quote(manifest.string()) +
+                                     " --prompt-tokens 20 --gen-tokens 5 --repetitions 3 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    for (const char* key : {"prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_rss_mb"}) EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    EXPECT_EQ(j["runs"].size(), 3u);
+    EXPECT_LE(j["spread"]["decode_tok_s"]["min"].get<double>(), j["decode_tok_s"].get<double>());
+}
+
 TEST(Cli, TokenizeAndInspect) {
     const std::string model = shell_quote(synthetic_model(CELLM_TYPE_Q4_0).string());
     const CommandResult t = run_host("tokenize --model " + model + " --text 'the cat<|im_end|>' --json");
