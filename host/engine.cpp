@@ -13,7 +13,12 @@ constexpr size_t max_cached_graphs = 16;
 
 Engine::Engine(const Model& model, Backend& backend, const EngineOptions& options)
     : model_(&model), backend_(&backend), options_(options) {
-    if (options.context_length < 1) throw Error("context length must be at least 1");
+    if (options.context_length < 1 || options.context_length > (1 << 24)) {
+        throw Error("context length must be between 1 and 16777216 tokens");
+    }
+    if (options.max_sequences < 1 || static_cast<int64_t>(options.context_length) * options.max_sequences > (1 << 28)) {
+        throw Error("the KV cache would hold more than 2^28 token slots");
+    }
     if (options.block_size < 1 || !std::has_single_bit(static_cast<uint32_t>(options.block_size))) {
         throw Error("KV block size must be a power of two");
     }
@@ -54,7 +59,12 @@ void Engine::truncate(int32_t sequence, int32_t n) {
 
 StepGraph& Engine::graph_for(const cellm_batch_shape& shape) {
     const auto key = std::make_tuple(shape.n_tokens, shape.n_seqs, shape.n_outputs, shape.max_blocks);
-    if (auto it = graphs_.find(key); it != graphs_.end()) return *it->second;
+    if (auto it = graphs_.find(key); it != graphs_.end()) {
+        // Least recently used goes first: keep the order of use, newest last.
+        graph_order_.erase(std::find(graph_order_.begin(), graph_order_.end(), key));
+        graph_order_.push_back(key);
+        return *it->second;
+    }
     if (graphs_.size() >= max_cached_graphs) {
         graphs_.erase(graph_order_.front());
         graph_order_.erase(graph_order_.begin());
@@ -69,9 +79,17 @@ StepGraph& Engine::graph_for(const cellm_batch_shape& shape) {
 void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
     if (work.empty()) throw Error("a step needs at least one sequence");
     int32_t n_tokens = 0, n_outputs = 0, max_blocks = 1;
-    for (const Work& w : work) {
-        const Sequence& s = sequences_.at(static_cast<size_t>(w.sequence));
-        if (!s.live) throw Error("sequence " + std::to_string(w.sequence) + " does not exist");
+    for (size_t i = 0; i < work.size(); ++i) {
+        const Work& w = work[i];
+        if (w.sequence < 0 || static_cast<size_t>(w.sequence) >= sequences_.size() || !sequences_[static_cast<size_t>(w.sequence)].live) {
+            throw Error("sequence " + std::to_string(w.sequence) + " does not exist");
+        }
+        for (size_t j = 0; j < i; ++j) {
+            if (work[j].sequence == w.sequence) {
+                throw Error("sequence " + std::to_string(w.sequence) + " appears twice in one step");
+            }
+        }
+        const Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
         if (w.tokens.empty()) throw Error("a step item needs at least one token");
         const int32_t end = s.length + static_cast<int32_t>(w.tokens.size());
         if (end > options_.context_length) {
@@ -89,19 +107,32 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
     // Round the table width up so a growing sequence reuses the same prepared graph for a while.
     max_blocks = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(max_blocks)));
 
-    // Reserve KV blocks for every item first, undoing all on failure.
-    std::vector<size_t> blocks_before;
+    // Reserve KV blocks for every item first. Whatever fails from here on gives the blocks back, so a failed
+    // step leaves every sequence as it was.
+    auto release_reserved = [&] {
+        for (const Work& w : work) {
+            Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+            kv_->shrink(s.pages, s.length);
+        }
+    };
     for (const Work& w : work) {
         Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
-        blocks_before.push_back(s.pages.blocks.size());
         if (!kv_->reserve(s.pages, s.length + static_cast<int32_t>(w.tokens.size()))) {
-            for (size_t i = 0; i + 1 < blocks_before.size(); ++i) {
-                Sequence& undo = sequences_[static_cast<size_t>(work[i].sequence)];
-                kv_->shrink(undo.pages, undo.length);
-            }
+            release_reserved();
             throw Error("the KV cache is full");
         }
     }
+    try {
+        run_step(work, n_tokens, n_outputs, max_blocks, logits);
+    } catch (...) {
+        release_reserved();
+        throw;
+    }
+    for (const Work& w : work) sequences_[static_cast<size_t>(w.sequence)].length += static_cast<int32_t>(w.tokens.size());
+}
+
+void Engine::run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
+                      std::vector<float>& logits) {
 
     for (auto& v : inputs_) v.clear();
     auto& tokens = inputs_[CELLM_INPUT_TOKENS];
@@ -135,8 +166,6 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
     logits.resize(static_cast<size_t>(n_outputs) * static_cast<size_t>(n_vocab()));
     graph.execute(inputs_, logits.data(), logits.size());
     if (dropped_row) logits.clear();
-
-    for (const Work& w : work) sequences_[static_cast<size_t>(w.sequence)].length += static_cast<int32_t>(w.tokens.size());
 }
 
 }  // namespace cellm

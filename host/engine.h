@@ -62,6 +62,8 @@ private:
         PageTable pages;
     };
     StepGraph& graph_for(const cellm_batch_shape& shape);
+    void run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
+                  std::vector<float>& logits);
 
     const Model* model_;
     Backend* backend_;
@@ -69,7 +71,7 @@ private:
     std::unique_ptr<WeightStore> weights_;
     std::unique_ptr<KvCache> kv_;
     std::vector<Sequence> sequences_;
-    // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks), oldest evicted past a small bound.
+    // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks), least recently used evicted past a bound.
     std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, std::unique_ptr<StepGraph>> graphs_;
     std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> graph_order_;
     std::array<std::vector<int32_t>, CELLM_INPUT_COUNT> inputs_;

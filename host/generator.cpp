@@ -65,7 +65,9 @@ GenerationResult Generator::generate(const GenerationRequest& request,
     };
 
     while (true) {
-        const int32_t token = sampler.sample(logits_, history);
+        // Rows past the tokenizer's vocabulary (padded embeddings) are not tokens: never sample them.
+        const int32_t token =
+            sampler.sample(std::span<const float>(logits_).first(static_cast<size_t>(tokenizer_.n_vocab())), history);
         if (result.tokens.empty()) result.ttft_ms = ms_since(start);
         if (tokenizer_.is_end_of_generation(token)) {
             result.finish_reason = "eog";

@@ -44,6 +44,7 @@ public:
     // The K (kind 0) or V (kind 1) pool of `layer`, shaped [kv_dim, n_slots].
     cellm_tensor_desc tensor(int32_t layer, int32_t kind) const;
     BlockPool& pool() { return pool_; }
+    const BlockPool& pool() const { return pool_; }
     int32_t block_size() const { return block_size_; }
     cellm_dtype type() const { return type_; }
     uint64_t bytes() const { return buffer_->size(); }

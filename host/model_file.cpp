@@ -4,6 +4,7 @@
 #include "host_api.h"
 
 #include <array>
+#include <cstddef>
 #include <fstream>
 
 namespace fs = std::filesystem;
@@ -80,7 +81,45 @@ std::unique_ptr<ModelFile> ModelFile::open(const PluginRegistry& registry, const
     check(plugin->format()->open(path.c_str(), &model->file_), "cannot open model");
     model->view_.struct_size = sizeof(cellm_model_view);
     check(plugin->format()->get_view(model->file_, &model->view_), "cannot read model");
+    validate(model->view_, path.string() + " (format plugin '" + plugin->name() + "')");
     return model;
+}
+
+// A format plugin is third-party code reading untrusted files: the host checks the view it hands over before
+// anything indexes with it.
+void ModelFile::validate(const cellm_model_view& view, const std::string& where) {
+    auto fail = [&](const std::string& what) { throw Error(where + ": " + what); };
+    if (view.n_tensors > 0 && (view.tensors == nullptr || view.tensor_stride < offsetof(cellm_tensor_info, size) + sizeof(uint64_t))) {
+        fail("tensor table is missing or its stride is too small");
+    }
+    if (view.n_meta > 0 && view.meta == nullptr) fail("metadata table is missing");
+    const auto* map_begin = static_cast<const char*>(view.mapping);
+    for (uint64_t i = 0; i < view.n_tensors; ++i) {
+        const cellm_tensor_info* t = cellm_model_tensor(&view, i);
+        std::string name = "tensor #" + std::to_string(i);
+        if (t->name.data != nullptr) name.assign(t->name.data, static_cast<size_t>(t->name.len));
+        const int64_t block = cellm_dtype_block_size(t->type);
+        if (block == 0) fail("tensor '" + name + "' has unknown type " + std::to_string(t->type));
+        if (t->n_dims < 1 || t->n_dims > CELLM_MAX_DIMS) fail("tensor '" + name + "' has " + std::to_string(t->n_dims) + " dimensions");
+        uint64_t elements = 1;
+        for (uint32_t d = 0; d < CELLM_MAX_DIMS; ++d) {
+            const int64_t ne = t->ne[d];
+            if (ne < 1 || (d >= t->n_dims && ne != 1) || ne > (int64_t{1} << 40)) fail("tensor '" + name + "' has a bad shape");
+            if (elements > (uint64_t{1} << 40) / static_cast<uint64_t>(ne)) fail("tensor '" + name + "' is too large");
+            elements *= static_cast<uint64_t>(ne);
+        }
+        if (t->ne[0] % block != 0) fail("tensor '" + name + "' rows are not whole blocks of its type");
+        const uint64_t bytes = elements / static_cast<uint64_t>(block) * static_cast<uint64_t>(cellm_dtype_type_size(t->type));
+        if (t->size != bytes) fail("tensor '" + name + "' is " + std::to_string(t->size) + " bytes, its shape needs " + std::to_string(bytes));
+        if (t->data == nullptr) fail("tensor '" + name + "' has no data");
+        if (map_begin != nullptr) {
+            const auto* data = static_cast<const char*>(t->data);
+            if (data < map_begin || static_cast<uint64_t>(data - map_begin) > view.mapping_size ||
+                view.mapping_size - static_cast<uint64_t>(data - map_begin) < bytes) {
+                fail("tensor '" + name + "' lies outside the mapped file");
+            }
+        }
+    }
 }
 
 ModelFile::~ModelFile() {

@@ -38,6 +38,10 @@ public:
     // The tensor named `name`, or NULL.
     const cellm_tensor_info* tensor(std::string_view name) const;
 
+    // Throws cellm::Error unless every tensor of `view` has a known type, a sane shape, a size that matches
+    // it and data inside the mapping.
+    static void validate(const cellm_model_view& view, const std::string& where);
+
 private:
     ModelFile() = default;
     const Plugin* format_ = nullptr;

@@ -43,8 +43,9 @@ const char* plugin_kind_name(cellm_plugin_kind kind) {
 
 namespace {
 
-// Checks the function table of a plugin of ABI 1.0: its declared size covers the 1.0 table and every
-// function that is not documented as optional is present. Returns an empty string when acceptable.
+// Checks the function table of a plugin of ABI 1.0: its declared size covers the 1.0 table (up to its last
+// 1.0 function, never the host's own sizeof, which grows with later minors) and every function that is not
+// documented as optional is present. Returns an empty string when acceptable.
 std::string check_iface(const cellm_plugin_desc& d) {
     const auto* size = static_cast<const size_t*>(d.iface);
     auto missing = [](const char* fn) { return std::string("function table lacks ") + fn; };
@@ -59,13 +60,13 @@ std::string check_iface(const cellm_plugin_desc& d) {
     }
     case CELLM_PLUGIN_ARCH: {
         const auto* t = static_cast<const cellm_arch_iface*>(d.iface);
-        if (*size < sizeof(cellm_arch_iface)) return "arch function table is too small";
+        if (*size < offsetof(cellm_arch_iface, build_graph) + sizeof(t->build_graph)) return "arch function table is too small";
         if (!t->architectures || !t->load || !t->destroy || !t->get_info || !t->build_graph) return missing("arch functions");
         return {};
     }
     case CELLM_PLUGIN_FORMAT: {
         const auto* t = static_cast<const cellm_format_iface*>(d.iface);
-        if (*size < sizeof(cellm_format_iface)) return "format function table is too small";
+        if (*size < offsetof(cellm_format_iface, get_view) + sizeof(t->get_view)) return "format function table is too small";
         if (!t->probe || !t->open || !t->close || !t->get_view) return missing("format functions");
         return {};
     }
@@ -116,7 +117,7 @@ bool PluginRegistry::add_file(const fs::path& file) {
         skip(file, "the plugin declined ABI " + std::to_string(CELLM_ABI_MAJOR) + "." + std::to_string(CELLM_ABI_MINOR));
         return false;
     }
-    if (d->struct_size < sizeof(cellm_plugin_desc)) {
+    if (d->struct_size < offsetof(cellm_plugin_desc, iface) + sizeof(d->iface)) {
         skip(file, "plugin descriptor is too small (" + std::to_string(d->struct_size) + " bytes)");
         return false;
     }

@@ -5,8 +5,12 @@
 namespace cellm {
 
 OptionList backend_options(const BackendConfig& config) {
-    OptionList options{{"threads", std::to_string(config.threads)}};
+    OptionList options;
     for (const auto& [key, value] : config.options) options.emplace_back(key, value);
+    // A --threads override changes config.threads after the manifest filled the options.
+    for (auto& [key, value] : options) {
+        if (key == "threads") value = std::to_string(config.threads);
+    }
     return options;
 }
 

@@ -3,32 +3,38 @@
 #include "error.h"
 #include "host_api.h"
 
+#include <algorithm>
+#include <cstring>
+
 namespace cellm {
 
 // The builder the arch appends nodes through; checks each node's sources as it arrives.
 struct GraphBuilderContext {
     StepGraph* graph;
-    bool failed = false;
+    std::string failure;  // why the build went wrong, empty while it goes well
 
-    static int32_t add_node(void* ctx, const cellm_node* node) {
+    static int32_t add_node(void* ctx, const cellm_node* node, size_t node_size) {
         auto* self = static_cast<GraphBuilderContext*>(ctx);
         try {
             auto& nodes = self->graph->nodes_;
             const auto n = static_cast<int32_t>(nodes.size());
-            for (int32_t s : node->src) {
+            cellm_node copy{};
+            std::memcpy(&copy, node, std::min(node_size, sizeof(cellm_node)));
+            for (int32_t s : copy.src) {
                 if (s < -1 || s >= n) {
-                    self->failed = true;
+                    self->failure = "node " + std::to_string(n) + " refers to node " + std::to_string(s) +
+                                    ", which is not an earlier node";
                     return -1;
                 }
             }
-            nodes.push_back(*node);
-            if (node->name != nullptr) {
-                self->graph->names_.emplace_back(node->name);
+            nodes.push_back(copy);
+            if (copy.name != nullptr) {
+                self->graph->names_.emplace_back(copy.name);
                 nodes.back().name = self->graph->names_.back().c_str();
             }
             return n;
         } catch (...) {
-            self->failed = true;
+            self->failure = "out of memory while building the graph";
             return -1;
         }
     }
@@ -37,7 +43,7 @@ struct GraphBuilderContext {
         try {
             self->graph->outputs_.push_back(node);
         } catch (...) {
-            self->failed = true;
+            self->failure = "out of memory while building the graph";
         }
     }
 };
@@ -45,13 +51,25 @@ struct GraphBuilderContext {
 StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
                      const cellm_batch_shape& shape)
     : backend_(&backend) {
-    GraphBuilderContext ctx{this};
+    GraphBuilderContext ctx{this, {}};
     cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
                                 GraphBuilderContext::add_output};
     const std::string arch = model.arch_plugin().name();
     check(model.arch_plugin().arch()->build_graph(model.arch_model(), &shape, &builder), "arch '" + arch + "'");
-    if (ctx.failed) throw Error("arch '" + arch + "' built a malformed graph (a node refers to a later node)");
+    if (!ctx.failure.empty()) throw Error("arch '" + arch + "' built a malformed graph: " + ctx.failure);
     if (outputs_.size() != 1) throw Error("arch '" + arch + "' must declare exactly one graph output (the logits)");
+    // The logits are copied into a buffer of exactly this shape, so the host checks it rather than trusting
+    // every backend to.
+    if (outputs_[0] < 0 || outputs_[0] >= static_cast<int32_t>(nodes_.size())) {
+        throw Error("arch '" + arch + "' declared output node " + std::to_string(outputs_[0]) + ", which does not exist");
+    }
+    const cellm_node& logits = nodes_[static_cast<size_t>(outputs_[0])];
+    if (logits.type != CELLM_TYPE_F32 || logits.ne[0] != model.info().n_vocab || logits.ne[1] != shape.n_outputs ||
+        logits.ne[2] != 1 || logits.ne[3] != 1) {
+        throw Error("arch '" + arch + "' declared logits of shape [" + std::to_string(logits.ne[0]) + ", " +
+                    std::to_string(logits.ne[1]) + "], expected F32 [" + std::to_string(model.info().n_vocab) + ", " +
+                    std::to_string(shape.n_outputs) + "]");
+    }
 
     const cellm_model_view& view = model.file().view();
     for (size_t i = 0; i < nodes_.size(); ++i) {

@@ -16,9 +16,9 @@ inline const cellm_host_api*& host() {
     return api;
 }
 
-inline cellm_status* error(cellm_status_code code, const std::string& message) {
-    return host()->status_new(code, message.c_str());
-}
+// The host copies the message; this side allocates nothing, so it is safe inside catch handlers.
+inline cellm_status* error(cellm_status_code code, const char* message) { return host()->status_new(code, message); }
+inline cellm_status* error(cellm_status_code code, const std::string& message) { return error(code, message.c_str()); }
 
 inline void log(cellm_log_level level, const char* plugin, const std::string& message) {
     if (host() != nullptr) host()->log(level, plugin, message.c_str());
@@ -38,7 +38,7 @@ cellm_status* guard(Body&& body) noexcept {
     try {
         return body();
     } catch (const Failure& f) {
-        return error(f.code, f.message);
+        return error(f.code, f.message.c_str());
     } catch (const std::bad_alloc&) {
         return error(CELLM_ERR_OUT_OF_MEMORY, "out of memory");
     } catch (const std::exception& e) {

@@ -42,8 +42,10 @@ typedef struct cellm_graph_builder {
     size_t struct_size;
     void* ctx; /* pass back unchanged */
     /* Appends a copy of `node` (its name too) and returns its index, or -1 if the node is malformed
-     * (a src index out of range) or memory ran out; the host then fails the build with a message. */
-    int32_t (*add_node)(void* ctx, const cellm_node* node);
+     * (a src index out of range) or memory ran out; the host then fails the build with a message.
+     * `node_size` is sizeof(cellm_node) as the arch was compiled: the host copies what both sides know and
+     * zero-fills fields a newer host has beyond it, so cellm_node can grow within a major. */
+    int32_t (*add_node)(void* ctx, const cellm_node* node, size_t node_size);
     /* Declares a node as a graph output, in order (the logits first). */
     void (*add_output)(void* ctx, int32_t node);
 } cellm_graph_builder;

@@ -22,7 +22,8 @@ typedef enum cellm_buffer_usage {
 } cellm_buffer_usage;
 
 /* Flags in cellm_backend_info.flags. */
-#define CELLM_BACKEND_HOST_MEMORY 0x1u /* buffers are host memory; buffer_wrap_host is implemented */
+#define CELLM_BACKEND_HOST_MEMORY 0x1u  /* buffers are host memory; buffer_wrap_host is implemented */
+#define CELLM_BACKEND_CONCURRENT 0x2u   /* one instance may execute different plans from several threads at once */
 
 typedef struct cellm_backend_info {
     size_t struct_size;

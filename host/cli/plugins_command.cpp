@@ -24,12 +24,22 @@ std::string backend_capabilities(const Plugin& plugin) {
             if (cellm_dtype_block_size(type) == 0 || type == CELLM_TYPE_I32) continue;
             if (backend.iface().supports_type(backend.handle(), type)) out += (out.empty() ? "" : " ") + std::string(dtype_name(type));
         }
-        out = "weights: " + out + "; device: " + backend.info().device_name;
+        const char* device = backend.info().device_name;
+        out = "weights: " + out + "; device: " + (device != nullptr ? device : "unknown");
     } catch (const std::exception& e) {
         out = std::string("unavailable: ") + e.what();
     }
-    if (auto describe = plugin.backend()->describe) {
-        describe([](void* user, const char* line) { *static_cast<std::string*>(user) += std::string("\n      ") + line; }, &out);
+    const cellm_backend_iface* iface = plugin.backend();
+    if (CELLM_HAS_FIELD(iface, cellm_backend_iface, describe) && iface->describe != nullptr) {
+        // The callback runs inside the plugin's C frame: nothing may be thrown through it.
+        iface->describe(
+            [](void* user, const char* line) {
+                try {
+                    if (line != nullptr) *static_cast<std::string*>(user) += std::string("\n      ") + line;
+                } catch (...) {
+                }
+            },
+            &out);
     }
     return out;
 }

@@ -175,6 +175,24 @@ TEST(Engine, RefusesTooLongSequencesAndBadTokens) {
     EXPECT_EQ(s.engine->kv_cache().block_size(), 4);
 }
 
+TEST(Engine, AFailedStepGivesItsBlocksBack) {
+    // Room for one full-context sequence (8 positions in blocks of 4): the second item cannot be placed.
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_F32), "scalar", options_with(CELLM_TYPE_F32, 8));
+    const int32_t a = s.engine->create_sequence(), b = s.engine->create_sequence();
+    const auto six = sample_tokens(6, 12);
+    const Engine::Work both[] = {{a, six, LogitsWanted::Last}, {b, six, LogitsWanted::Last}};
+    std::vector<float> logits;
+    const int32_t free_before = s.engine->kv_cache().pool().n_free();
+    EXPECT_THROW(s.engine->step(both, logits), Error);
+    EXPECT_EQ(s.engine->kv_cache().pool().n_free(), free_before);
+    EXPECT_EQ(s.engine->sequence_length(a), 0);
+
+    const Engine::Work twice[] = {{a, std::span<const int32_t>(six).first(2), LogitsWanted::Last},
+                                  {a, std::span<const int32_t>(six).first(2), LogitsWanted::Last}};
+    EXPECT_THROW(s.engine->step(twice, logits), Error);
+    EXPECT_EQ(s.engine->kv_cache().pool().n_free(), free_before);
+}
+
 TEST(Generator, SameSeedSameTokensAndGreedyIsDeterministic) {
     Stack s = make_stack(synthetic_model(CELLM_TYPE_Q4_0), "scalar", options_with(CELLM_TYPE_F16));
     GenerationRequest request;

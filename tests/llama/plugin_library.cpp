@@ -40,7 +40,8 @@ int32_t RecordingBuilder::find(const std::string& name) const {
     return -1;
 }
 
-int32_t RecordingBuilder::add_node(void* ctx, const cellm_node* node) {
+int32_t RecordingBuilder::add_node(void* ctx, const cellm_node* node, size_t node_size) {
+    if (node_size != sizeof(cellm_node)) return -1;
     auto* self = static_cast<RecordingBuilder*>(ctx);
     const auto index = static_cast<int32_t>(self->nodes.size());
     for (int32_t s : node->src) {

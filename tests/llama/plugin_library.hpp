@@ -48,7 +48,7 @@ public:
     int32_t find(const std::string& name) const;
 
 private:
-    static int32_t add_node(void* ctx, const cellm_node* node);
+    static int32_t add_node(void* ctx, const cellm_node* node, size_t node_size);
     static void add_output(void* ctx, int32_t node);
     std::deque<std::string> names_;
 };

@@ -19,7 +19,7 @@ cellm_node GraphBuilder::make(cellm_op op, Shape ne, std::initializer_list<int32
 int32_t GraphBuilder::append(const cellm_node& node, const std::string& name) {
     cellm_node named = node;
     named.name = name.c_str();  // the builder copies it
-    const int32_t index = builder_.add_node(builder_.ctx, &named);
+    const int32_t index = builder_.add_node(builder_.ctx, &named, sizeof(named));
     if (index < 0) throw plugin::Failure(CELLM_ERR_INTERNAL, "graph builder rejected node '" + name + "'");
     if (shapes_.size() <= static_cast<size_t>(index)) shapes_.resize(static_cast<size_t>(index) + 1);
     shapes_[static_cast<size_t>(index)] = Shape{node.ne[0], node.ne[1], node.ne[2], node.ne[3]};

@@ -75,8 +75,8 @@ private:
     std::unordered_map<std::string, int32_t> by_name_;
 };
 
-// A dimension read from the metadata: positive and small enough that products of two stay in int64 and
-// per-row sizes stay in int32.
+// A dimension read from the metadata: positive and at most 2^24, so that the products of two that matter
+// (heads x head size) are checked against the same bound before they are formed in int32.
 int32_t dimension(std::string_view key, uint32_t value) {
     if (value == 0 || value > (1u << 24)) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, "metadata key '" + std::string(key) + "' has value " +
@@ -109,6 +109,10 @@ Hparams read_hparams(const Metadata& meta, const Tensors& tensors) {
                                                      std::to_string(hp.n_head) + ")");
     }
     hp.head_dim = dimension_or(meta, "llama.attention.key_length", hp.n_embd / hp.n_head);
+    if (static_cast<int64_t>(hp.n_head) * hp.head_dim > (1 << 24)) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, "llama.attention.head_count x head size (" + std::to_string(hp.n_head) +
+                                                     " x " + std::to_string(hp.head_dim) + ") is implausibly large");
+    }
     const int32_t value_length = dimension_or(meta, "llama.attention.value_length", hp.head_dim);
     if (value_length != hp.head_dim) {
         throw plugin::Failure(CELLM_ERR_UNSUPPORTED, "llama.attention.value_length (" + std::to_string(value_length) +

@@ -102,16 +102,20 @@ cellm_status* check_range(const cellm_backend* backend, const cellm_buffer* buff
 }
 
 cellm_status* buffer_write(cellm_backend* backend, cellm_buffer* buffer, uint64_t offset, const void* data, uint64_t size) {
-    if (cellm_status* s = check_range(backend, buffer, offset, data, size, "buffer_write")) return s;
-    if (!buffer->writable) return error(CELLM_ERR_INVALID_ARGUMENT, "scalar: buffer_write: buffer wraps read-only host memory");
-    if (size > 0) std::memcpy(buffer->data + offset, data, size);
-    return nullptr;
+    return guard([&]() -> cellm_status* {
+        if (cellm_status* s = check_range(backend, buffer, offset, data, size, "buffer_write")) return s;
+        if (!buffer->writable) return error(CELLM_ERR_INVALID_ARGUMENT, "scalar: buffer_write: buffer wraps read-only host memory");
+        if (size > 0) std::memcpy(buffer->data + offset, data, size);
+        return nullptr;
+    });
 }
 
 cellm_status* buffer_read(cellm_backend* backend, const cellm_buffer* buffer, uint64_t offset, void* data, uint64_t size) {
-    if (cellm_status* s = check_range(backend, buffer, offset, data, size, "buffer_read")) return s;
-    if (size > 0) std::memcpy(data, buffer->data + offset, size);
-    return nullptr;
+    return guard([&]() -> cellm_status* {
+        if (cellm_status* s = check_range(backend, buffer, offset, data, size, "buffer_read")) return s;
+        if (size > 0) std::memcpy(data, buffer->data + offset, size);
+        return nullptr;
+    });
 }
 
 cellm_status* graph_prepare(cellm_backend* backend, const cellm_graph* graph, cellm_plan** out) {
