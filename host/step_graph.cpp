@@ -139,8 +139,9 @@ void StepGraph::execute(const std::array<std::vector<int32_t>, CELLM_INPUT_COUNT
         bindings.push_back({node, data.data(), data.size() * sizeof(int32_t)});
     }
     cellm_output_binding out{outputs_[0], logits, n_logits * sizeof(float)};
-    check(backend_->iface().graph_execute(backend_->handle(), plan_, bindings.data(), bindings.size(), &out, 1),
-          std::string("backend '") + backend_->name() + "'");
+    const cellm_execute_args args{sizeof(cellm_execute_args), bindings.data(), bindings.size(), sizeof(cellm_input_binding),
+                                  &out, 1, sizeof(cellm_output_binding)};
+    check(backend_->iface().graph_execute(backend_->handle(), plan_, &args), std::string("backend '") + backend_->name() + "'");
 }
 
 }  // namespace cellm

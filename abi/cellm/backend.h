@@ -46,6 +46,27 @@ typedef struct cellm_output_binding {
     uint64_t size;
 } cellm_output_binding;
 
+/* Arguments of graph_execute, owned by the caller and borrowed for the call. The binding arrays are stepped by
+ * their stride (sizeof the binding struct as the caller compiled it: step with cellm_input_at/cellm_output_at),
+ * so bindings can grow (e.g. device-buffer targets) and fields can be appended here (e.g. asynchronous
+ * completion) within ABI 1. */
+typedef struct cellm_execute_args {
+    size_t struct_size;
+    const cellm_input_binding* inputs;
+    size_t n_inputs;
+    size_t input_stride;
+    const cellm_output_binding* outputs;
+    size_t n_outputs;
+    size_t output_stride;
+} cellm_execute_args;
+
+static inline const cellm_input_binding* cellm_input_at(const cellm_execute_args* a, size_t i) {
+    return (const cellm_input_binding*)((const char*)a->inputs + i * a->input_stride);
+}
+static inline const cellm_output_binding* cellm_output_at(const cellm_execute_args* a, size_t i) {
+    return (const cellm_output_binding*)((const char*)a->outputs + i * a->output_stride);
+}
+
 /* Threading: create, describe and the capability queries are thread-safe. One backend instance is driven
  * by one thread at a time (the host serializes calls on an instance); separate instances are independent.
  * Buffers and plans belong to the instance that made them and must be freed before it is destroyed. */
@@ -86,8 +107,7 @@ typedef struct cellm_backend_iface {
 
     /* Runs one step: copies every input binding in, computes, and writes every requested output before
      * returning. Bindings must cover every CELLM_OP_INPUT node of the graph. */
-    cellm_status* (*graph_execute)(cellm_backend* backend, cellm_plan* plan, const cellm_input_binding* inputs,
-                                   size_t n_inputs, const cellm_output_binding* outputs, size_t n_outputs);
+    cellm_status* (*graph_execute)(cellm_backend* backend, cellm_plan* plan, const cellm_execute_args* args);
 
     void (*plan_free)(cellm_backend* backend, cellm_plan* plan);
 

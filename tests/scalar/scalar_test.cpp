@@ -113,6 +113,14 @@ protected:
         return message(be->graph_prepare(backend, &g, &plan));
     }
 
+    // Execute arguments over caller-owned binding arrays (kept in `args_` so a pointer to them can be passed).
+    const cellm_execute_args& args_for(const cellm_input_binding* in, size_t n_in, const cellm_output_binding* out,
+                                       size_t n_out) {
+        args_ = {sizeof(cellm_execute_args), in, n_in, sizeof(cellm_input_binding), out, n_out, sizeof(cellm_output_binding)};
+        return args_;
+    }
+    cellm_execute_args args_{};
+
     uint64_t bytes_of(int32_t node) const {
         const cellm_node& n = nodes[static_cast<size_t>(node)];
         return static_cast<uint64_t>(cellm_node_nelements(&n)) * 4;
@@ -128,7 +136,7 @@ protected:
             results[k].resize(bytes_of(out_nodes[k]) / 4);
             ob.push_back({out_nodes[k], results[k].data(), bytes_of(out_nodes[k])});
         }
-        return message(be->graph_execute(backend, plan, ib.data(), ib.size(), ob.data(), ob.size()));
+        return message(be->graph_execute(backend, plan, &args_for(ib.data(), ib.size(), ob.data(), ob.size())));
     }
 
     const cellm_backend_iface* be = nullptr;
@@ -413,8 +421,11 @@ TEST_F(Scalar, GraphErrorsNameTheNode) {
     cellm_input_binding bind{ids, two.data(), 8};
     float out[32];
     cellm_output_binding ob{g, out, sizeof out};
-    EXPECT_NE(message(be->graph_execute(backend, plan, &bind, 1, &ob, 1)).find("needs 4 bytes"), std::string::npos);
-    EXPECT_NE(message(be->graph_execute(backend, plan, nullptr, 0, &ob, 1)).find("no input binding"), std::string::npos);
+    EXPECT_NE(message(be->graph_execute(backend, plan, &args_for(&bind, 1, &ob, 1))).find("needs 4 bytes"), std::string::npos);
+    EXPECT_NE(message(be->graph_execute(backend, plan, &args_for(nullptr, 0, &ob, 1))).find("no input binding"), std::string::npos);
+    cellm_execute_args old = args_for(&bind, 1, &ob, 1);
+    old.struct_size = offsetof(cellm_execute_args, n_outputs);
+    EXPECT_NE(message(be->graph_execute(backend, plan, &old)).find("arguments"), std::string::npos);
 }
 
 TEST_F(Scalar, UnsupportedWeightType) {

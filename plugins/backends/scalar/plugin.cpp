@@ -129,16 +129,21 @@ cellm_status* graph_prepare(cellm_backend* backend, const cellm_graph* graph, ce
     });
 }
 
-cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cellm_input_binding* inputs, size_t n_inputs,
-                            const cellm_output_binding* outputs, size_t n_outputs) {
+cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cellm_execute_args* args) {
     return guard([&]() -> cellm_status* {
-        if (backend == nullptr || plan == nullptr || (n_inputs > 0 && inputs == nullptr) ||
-            (n_outputs > 0 && outputs == nullptr))
-            return error(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph_execute needs a backend, plan and bindings");
+        if (backend == nullptr || plan == nullptr || args == nullptr ||
+            !CELLM_HAS_FIELD(args, cellm_execute_args, output_stride))
+            return error(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph_execute needs a backend, plan and arguments");
+        const size_t n_inputs = args->n_inputs, n_outputs = args->n_outputs;
+        if ((n_inputs > 0 && (args->inputs == nullptr || args->input_stride < sizeof(cellm_input_binding))) ||
+            (n_outputs > 0 && (args->outputs == nullptr || args->output_stride < sizeof(cellm_output_binding))))
+            return error(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph_execute: binding arrays missing or strides too small");
+        auto input = [&](size_t k) -> const cellm_input_binding& { return *cellm_input_at(args, k); };
+        auto output = [&](size_t k) -> const cellm_output_binding& { return *cellm_output_at(args, k); };
         const auto n_nodes = static_cast<int32_t>(plan->nodes.size());
         std::vector<bool> bound(plan->nodes.size(), false);
         for (size_t k = 0; k < n_inputs; ++k) {
-            const cellm_input_binding& b = inputs[k];
+            const cellm_input_binding& b = input(k);
             if (b.node < 0 || b.node >= n_nodes || plan->nodes[static_cast<size_t>(b.node)].op != CELLM_OP_INPUT)
                 throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: input binding " + std::to_string(k) + " names node " +
                                                               std::to_string(b.node) + ", which is not an INPUT node");
@@ -155,7 +160,7 @@ cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cell
             if (plan->nodes[static_cast<size_t>(i)].op == CELLM_OP_INPUT && !bound[static_cast<size_t>(i)])
                 throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: " + describe(*plan, i) + " has no input binding");
         for (size_t k = 0; k < n_outputs; ++k) {
-            const cellm_output_binding& b = outputs[k];
+            const cellm_output_binding& b = output(k);
             if (std::find(plan->outputs.begin(), plan->outputs.end(), b.node) == plan->outputs.end())
                 throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: output binding " + std::to_string(k) + " names node " +
                                                               std::to_string(b.node) + ", which is not a graph output");
@@ -167,10 +172,10 @@ cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cell
         }
 
         for (size_t k = 0; k < n_inputs; ++k)
-            std::memcpy(plan->nodes[static_cast<size_t>(inputs[k].node)].data, inputs[k].data, inputs[k].size);
+            std::memcpy(plan->nodes[static_cast<size_t>(input(k).node)].data, input(k).data, input(k).size);
         for (int32_t i = 0; i < n_nodes; ++i) run_node(*plan, i);
         for (size_t k = 0; k < n_outputs; ++k)
-            std::memcpy(outputs[k].data, plan->nodes[static_cast<size_t>(outputs[k].node)].data, outputs[k].size);
+            std::memcpy(output(k).data, plan->nodes[static_cast<size_t>(output(k).node)].data, output(k).size);
         return nullptr;
     });
 }
