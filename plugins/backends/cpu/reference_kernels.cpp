@@ -1,4 +1,4 @@
-#include "kernels.hpp"
+#include "reference_kernels.hpp"
 
 #include "blocks.h"
 #include "plugin_host.hpp"
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace cellm::scalar {
+namespace cellm::cpu {
 namespace {
 
 using plugin::Failure;
@@ -19,14 +19,12 @@ struct Context {
     const Node& src(int k) const { return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])]; }
     bool has(int k) const { return node.src[static_cast<size_t>(k)] >= 0; }
     [[noreturn]] void fail(const std::string& what) const {
-        throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: " + describe(plan, index) + ": " + what);
+        throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(plan, index) + ": " + what);
     }
 };
 
 float dot(const float* a, const float* b, int64_t n) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
-    return static_cast<float>(sum);
+    return dot_in_lanes(a, [b](int64_t i) { return b[i]; }, n);
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
@@ -171,67 +169,80 @@ void attention(const Context& c) {
     const Node& q = c.src(0);
     const Node& k_pool = c.src(1);
     const Node& v_pool = c.src(2);
-    const Node& table = c.src(3);
-    const int32_t* seq_of = c.src(4).i32();
-    const int32_t* pos_of = c.src(5).i32();
-    const int64_t n_head = c.node.iparams[0], group = n_head / c.node.iparams[1], head_dim = c.node.iparams[2];
-    const int64_t block_size = c.node.iparams[3], window = c.node.iparams[4];
-    const int64_t max_blocks = table.ne[0], n_seqs = table.ne[1];
-    const int64_t n_slots = std::min(k_pool.ne[1], v_pool.ne[1]);
-    const float scale = c.node.fparams[0], cap = c.node.fparams[1];
+    const AttentionShape a = check_attention(c.plan, c.index);
     float* scores = c.plan.scores.data();
     float* kv_row = c.plan.row.data();
-    float* acc = c.plan.row.data() + head_dim;
-    float* q_rounded = c.plan.row.data() + 2 * head_dim;
+    float* acc = c.plan.row.data() + a.head_dim;
+    float* q_rounded = c.plan.row.data() + 2 * a.head_dim;
 
-    for (int64_t t = 0; t < q.ne[2]; ++t) {
-        const int64_t r = seq_of[t], p = pos_of[t];
-        if (r < 0 || r >= n_seqs)
-            c.fail("token " + std::to_string(t) + " belongs to sequence row " + std::to_string(r) + ", outside [0, " +
-                   std::to_string(n_seqs) + ")");
-        if (p < 0 || p / block_size >= max_blocks)
-            c.fail("position " + std::to_string(p) + " of token " + std::to_string(t) + " is outside the block table");
-        const int32_t* blocks_of = table.i32() + r * max_blocks;
-        const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-        for (int64_t b = first / block_size; b <= p / block_size; ++b)
-            if (blocks_of[b] < 0 || (blocks_of[b] + 1) * block_size > n_slots)
-                c.fail("block table entry " + std::to_string(blocks_of[b]) + " (sequence row " + std::to_string(r) +
-                       ", block " + std::to_string(b) + ") is not a block of the KV pool");
-        auto slot = [&](int64_t j) { return blocks_of[j / block_size] * block_size + j % block_size; };
-
-        for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+        const int64_t first = a.first(t), last = a.position(t);
+        for (int64_t h = 0; h < a.n_head; ++h) {
             // q meets the keys, and the attention weights meet the values, as MATMUL operands would: rounded to
             // the pool's type (so an F16 cache computes what llama.cpp's F16 cache computes).
             const float* qh = q_rounded;
-            blocks::round_activations(k_pool.type, q.f32() + (t * n_head + h) * head_dim, q_rounded, head_dim);
-            const int64_t kv_offset = (h / group) * head_dim;
+            blocks::round_activations(k_pool.type, q.f32() + (t * a.n_head + h) * a.head_dim, q_rounded, a.head_dim);
+            const int64_t kv_offset = a.kv_offset(h);
             float best = -INFINITY;
-            for (int64_t j = first; j <= p; ++j) {
-                float s = scale * dot(qh, pool_segment(k_pool, slot(j), kv_offset, head_dim, kv_row), head_dim);
-                if (cap > 0.0f) s = cap * std::tanh(s / cap);
+            for (int64_t j = first; j <= last; ++j) {
+                float s = a.scale * dot(qh, pool_segment(k_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row), a.head_dim);
+                if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
                 scores[j - first] = s;
                 best = std::max(best, s);
             }
             float sum = 0.0f;
-            for (int64_t j = first; j <= p; ++j) {
+            for (int64_t j = first; j <= last; ++j) {
                 scores[j - first] = std::exp(scores[j - first] - best);
                 sum += scores[j - first];
             }
-            std::fill(acc, acc + head_dim, 0.0f);
-            for (int64_t j = first; j <= p; ++j) {
+            std::fill(acc, acc + a.head_dim, 0.0f);
+            for (int64_t j = first; j <= last; ++j) {
                 float w = scores[j - first] / sum;
                 blocks::round_activations(v_pool.type, &w, &w, 1);
-                const float* v = pool_segment(v_pool, slot(j), kv_offset, head_dim, kv_row);
-                for (int64_t d = 0; d < head_dim; ++d) acc[d] += w * v[d];
+                const float* v = pool_segment(v_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row);
+                for (int64_t d = 0; d < a.head_dim; ++d) acc[d] += w * v[d];
             }
-            std::copy(acc, acc + head_dim, c.node.f32() + t * n_head * head_dim + h * head_dim);
+            std::copy(acc, acc + a.head_dim, c.node.f32() + (t * a.n_head + h) * a.head_dim);
         }
     }
 }
 
 }  // namespace
 
-void run_node(Plan& plan, int32_t index) {
+AttentionShape check_attention(Plan& plan, int32_t index) {
+    const Context c{plan, index, plan.nodes[static_cast<size_t>(index)]};
+    const Node& table = c.src(3);
+    AttentionShape a;
+    a.n_tokens = c.src(0).ne[2];
+    a.n_head = c.node.iparams[0];
+    a.group = a.n_head / c.node.iparams[1];
+    a.head_dim = c.node.iparams[2];
+    a.block_size = c.node.iparams[3];
+    a.window = c.node.iparams[4];
+    a.max_blocks = table.ne[0];
+    a.scale = c.node.fparams[0];
+    a.softcap = c.node.fparams[1];
+    a.block_table = table.i32();
+    a.seq_of = c.src(4).i32();
+    a.pos_of = c.src(5).i32();
+    const int64_t n_seqs = table.ne[1], n_slots = std::min(c.src(1).ne[1], c.src(2).ne[1]);
+    for (int64_t t = 0; t < a.n_tokens; ++t) {
+        const int64_t r = a.seq_of[t], p = a.pos_of[t];
+        if (r < 0 || r >= n_seqs)
+            c.fail("token " + std::to_string(t) + " belongs to sequence row " + std::to_string(r) + ", outside [0, " +
+                   std::to_string(n_seqs) + ")");
+        if (p < 0 || p / a.block_size >= a.max_blocks)
+            c.fail("position " + std::to_string(p) + " of token " + std::to_string(t) + " is outside the block table");
+        const int32_t* blocks_of = a.block_table + r * a.max_blocks;
+        for (int64_t b = a.first(t) / a.block_size; b <= p / a.block_size; ++b)
+            if (blocks_of[b] < 0 || (blocks_of[b] + 1) * a.block_size > n_slots)
+                c.fail("block table entry " + std::to_string(blocks_of[b]) + " (sequence row " + std::to_string(r) +
+                       ", block " + std::to_string(b) + ") is not a block of the KV pool");
+    }
+    return a;
+}
+
+void run_reference(Plan& plan, int32_t index) {
     const Context c{plan, index, plan.nodes[static_cast<size_t>(index)]};
     switch (c.node.op) {
     case CELLM_OP_GET_ROWS: get_rows(c); break;
@@ -251,4 +262,4 @@ void run_node(Plan& plan, int32_t index) {
     }
 }
 
-}  // namespace cellm::scalar
+}  // namespace cellm::cpu

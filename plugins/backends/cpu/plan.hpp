@@ -10,10 +10,9 @@
 
 #include <array>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
-namespace cellm::scalar {
+namespace cellm::cpu {
 
 struct Node {
     cellm_op op = CELLM_OP_NONE;
@@ -50,17 +49,20 @@ std::string describe(const Plan& plan, int32_t index);
 // Whether `op` can run with a first source (or, for leaves, storage) of `type`.
 bool op_accepts(cellm_op op, cellm_dtype type);
 
-}  // namespace cellm::scalar
+}  // namespace cellm::cpu
 
-// The ABI's opaque handles.
-struct cellm_backend {
-    std::unordered_set<const cellm_buffer*> buffers;  // live buffers of this instance; leaves must use one
-};
-struct cellm_plan : cellm::scalar::Plan {};
+// The ABI's opaque plan handle.
+struct cellm_plan : cellm::cpu::Plan {};
 
-namespace cellm::scalar {
+namespace cellm::cpu {
+
+// Whether `buffer` is a live buffer of `backend` (frame.cpp); leaves must live in one.
+bool owns(const cellm_backend& backend, const cellm_buffer* buffer);
+
+// "name: " of the loaded backend, the prefix of its error messages.
+std::string error_prefix();
 
 // Validates `graph` and plans its memory; throws plugin::Failure naming the offending node.
 void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan& plan);
 
-}  // namespace cellm::scalar
+}  // namespace cellm::cpu

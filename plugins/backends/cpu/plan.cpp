@@ -9,7 +9,7 @@
 #include <iterator>
 #include <map>
 
-namespace cellm::scalar {
+namespace cellm::cpu {
 
 using plugin::Failure;
 
@@ -100,7 +100,7 @@ public:
 
     void run() {
         const Arity a = arity(n_.op);
-        if (a.required < 0) fail(CELLM_ERR_UNSUPPORTED, "op not supported by the scalar backend");
+        if (a.required < 0) fail(CELLM_ERR_UNSUPPORTED, "op not supported by this backend");
         for (int k = 0; k < CELLM_MAX_SRC; ++k) {
             const int32_t s = n_.src[static_cast<size_t>(k)];
             if (k < a.required && s < 0) fail(CELLM_ERR_INVALID_ARGUMENT, "missing src[" + std::to_string(k) + "]");
@@ -132,7 +132,7 @@ public:
 
 private:
     [[noreturn]] void fail(cellm_status_code code, const std::string& what) const {
-        throw Failure(code, "scalar: " + describe(plan_, index_) + ": " + what);
+        throw Failure(code, error_prefix() + describe(plan_, index_) + ": " + what);
     }
 
     const Node& src(int k) const { return plan_.nodes[static_cast<size_t>(n_.src[static_cast<size_t>(k)])]; }
@@ -183,7 +183,7 @@ private:
         }
         n_.bytes = blocks::row_bytes(n_.type, n_.ne[0]) * static_cast<uint64_t>(n_.rows());
         expect(t.buffer != nullptr, "tensor has no buffer");
-        expect(backend_.buffers.count(t.buffer) == 1, "tensor's buffer does not belong to this backend");
+        expect(owns(backend_, t.buffer), "tensor's buffer does not belong to this backend");
         expect(t.offset <= t.buffer->size && n_.bytes <= t.buffer->size - t.offset,
                "tensor of " + std::to_string(n_.bytes) + " bytes at offset " + std::to_string(t.offset) +
                    " exceeds its buffer of " + std::to_string(t.buffer->size) + " bytes");
@@ -416,9 +416,9 @@ void plan_memory(Plan& plan) {
 
 void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan& plan) {
     if (!CELLM_HAS_FIELD(&graph, cellm_graph, outputs))
-        throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph struct too small");
+        throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph struct too small");
     if (graph.n_nodes <= 0 || graph.nodes == nullptr || graph.node_size < sizeof(cellm_node))
-        throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph has no nodes or a node_size below this ABI's");
+        throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph has no nodes or a node_size below this ABI's");
     plan.nodes.resize(static_cast<size_t>(graph.n_nodes));
     for (int32_t i = 0; i < graph.n_nodes; ++i) {
         const cellm_node& raw = *cellm_graph_node(&graph, i);
@@ -433,15 +433,15 @@ void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan&
         NodeCheck(backend, raw, plan, i).run();
     }
     if (graph.n_outputs < 0 || (graph.n_outputs > 0 && graph.outputs == nullptr))
-        throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph outputs missing");
+        throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph outputs missing");
     for (int32_t k = 0; k < graph.n_outputs; ++k) {
         const int32_t o = graph.outputs[k];
         if (o < 0 || o >= graph.n_nodes)
-            throw Failure(CELLM_ERR_INVALID_ARGUMENT, "scalar: graph output " + std::to_string(k) + " names node " +
+            throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph output " + std::to_string(k) + " names node " +
                                                           std::to_string(o) + ", which does not exist");
         plan.outputs.push_back(o);
     }
     plan_memory(plan);
 }
 
-}  // namespace cellm::scalar
+}  // namespace cellm::cpu

@@ -1,4 +1,4 @@
-// Host memory of the scalar backend: 64-byte aligned allocations and buffers (owned or borrowed).
+// Host memory of the CPU backends: 64-byte aligned allocations and buffers (owned or borrowed).
 #pragma once
 
 #include <cellm/backend.h>
@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace cellm::scalar {
+namespace cellm::cpu {
 
 inline constexpr size_t alignment = 64;
 
@@ -25,12 +25,12 @@ private:
     std::unique_ptr<std::byte, Free> data_;
 };
 
-}  // namespace cellm::scalar
+}  // namespace cellm::cpu
 
 // The ABI's opaque buffer handle.
 struct cellm_buffer {
     std::byte* data = nullptr;
     uint64_t size = 0;
     bool writable = true;            // false for wrapped host memory
-    cellm::scalar::AlignedBytes owned;  // empty when wrapping
+    cellm::cpu::AlignedBytes owned;  // empty when wrapping
 };

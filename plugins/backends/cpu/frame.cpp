@@ -1,0 +1,237 @@
+// The ABI functions every CPU backend shares: instance, buffers, graph preparation and execution.
+#include "frame.hpp"
+
+#include "blocks.h"
+#include "plugin_host.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+namespace cellm::cpu {
+namespace {
+
+using plugin::error;
+using plugin::Failure;
+using plugin::guard;
+
+const BackendSpec* spec = nullptr;  // set by plugin_descriptor
+
+}  // namespace
+}  // namespace cellm::cpu
+
+// The ABI's opaque instance handle.
+struct cellm_backend {
+    std::unordered_set<const cellm_buffer*> buffers;  // live buffers of this instance; leaves must use one
+    std::unique_ptr<cellm::cpu::Executor> executor;
+};
+
+namespace cellm::cpu {
+
+std::string error_prefix() { return std::string(spec != nullptr ? spec->name : "cpu") + ": "; }
+
+bool owns(const cellm_backend& backend, const cellm_buffer* buffer) { return backend.buffers.count(buffer) == 1; }
+
+namespace {
+
+cellm_status* create(const cellm_option* options, size_t n_options, cellm_backend** out) {
+    return guard([&]() -> cellm_status* {
+        if (out == nullptr || (n_options > 0 && options == nullptr))
+            return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "create needs an output pointer and options");
+        int threads = 0;
+        for (size_t i = 0; i < n_options; ++i) {
+            const std::string key = options[i].key != nullptr ? options[i].key : "";
+            const std::string value = options[i].value != nullptr ? options[i].value : "";
+            if (key != "threads") return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "unknown option '" + key + "'");
+            const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), threads);
+            if (ec != std::errc() || end != value.data() + value.size() || threads <= 0)
+                return error(CELLM_ERR_INVALID_ARGUMENT,
+                             error_prefix() + "option 'threads' must be a positive integer, got '" + value + "'");
+        }
+        auto backend = std::make_unique<cellm_backend>();
+        backend->executor = spec->make_executor(threads);
+        *out = backend.release();
+        return nullptr;
+    });
+}
+
+void destroy(cellm_backend* backend) { delete backend; }
+
+cellm_status* get_info(const cellm_backend* backend, cellm_backend_info* out) {
+    if (backend == nullptr || out == nullptr) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "get_info needs a backend and output");
+    if (CELLM_HAS_FIELD(out, cellm_backend_info, device_name)) out->device_name = spec->device_name;
+    if (CELLM_HAS_FIELD(out, cellm_backend_info, device_memory)) out->device_memory = 0;
+    if (CELLM_HAS_FIELD(out, cellm_backend_info, flags)) out->flags = CELLM_BACKEND_HOST_MEMORY;
+    if (CELLM_HAS_FIELD(out, cellm_backend_info, threads)) out->threads = backend->executor->threads();
+    return nullptr;
+}
+
+int supports_type(const cellm_backend*, cellm_dtype type) { return blocks::supported(type) ? 1 : 0; }
+int supports_op(const cellm_backend*, cellm_op op, cellm_dtype src0_type) { return op_accepts(op, src0_type) ? 1 : 0; }
+
+cellm_status* buffer_alloc(cellm_backend* backend, uint64_t size, cellm_buffer_usage, cellm_buffer** out) {
+    return guard([&]() -> cellm_status* {
+        if (backend == nullptr || out == nullptr) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "buffer_alloc needs a backend and output");
+        auto buffer = std::make_unique<cellm_buffer>();
+        buffer->owned = AlignedBytes(size);
+        buffer->data = buffer->owned.data();
+        buffer->size = size;
+        backend->buffers.insert(buffer.get());
+        *out = buffer.release();
+        return nullptr;
+    });
+}
+
+cellm_status* buffer_wrap_host(cellm_backend* backend, const void* data, uint64_t size, cellm_buffer** out) {
+    return guard([&]() -> cellm_status* {
+        if (backend == nullptr || out == nullptr || (data == nullptr && size > 0))
+            return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "buffer_wrap_host needs a backend, memory and output");
+        auto buffer = std::make_unique<cellm_buffer>();
+        // Never written through: the only writers (buffer_write, KV_STORE) refuse read-only buffers.
+        buffer->data = static_cast<std::byte*>(const_cast<void*>(data));
+        buffer->size = size;
+        buffer->writable = false;
+        backend->buffers.insert(buffer.get());
+        *out = buffer.release();
+        return nullptr;
+    });
+}
+
+void buffer_free(cellm_backend* backend, cellm_buffer* buffer) {
+    if (backend != nullptr) backend->buffers.erase(buffer);
+    delete buffer;
+}
+
+// Checks that [offset, offset + size) lies inside a live buffer of this backend.
+cellm_status* check_range(const cellm_backend* backend, const cellm_buffer* buffer, uint64_t offset, const void* data,
+                          uint64_t size, const char* what) {
+    if (backend == nullptr || buffer == nullptr || backend->buffers.count(buffer) == 0)
+        return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + what + ": unknown buffer");
+    if (data == nullptr && size > 0) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + what + ": no data");
+    if (offset > buffer->size || size > buffer->size - offset)
+        return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + what + " of " + std::to_string(size) +
+                                                     " bytes at offset " + std::to_string(offset) + " exceeds buffer of " +
+                                                     std::to_string(buffer->size) + " bytes");
+    return nullptr;
+}
+
+cellm_status* buffer_write(cellm_backend* backend, cellm_buffer* buffer, uint64_t offset, const void* data, uint64_t size) {
+    return guard([&]() -> cellm_status* {
+        if (cellm_status* s = check_range(backend, buffer, offset, data, size, "buffer_write")) return s;
+        if (!buffer->writable) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "buffer_write: buffer wraps read-only host memory");
+        if (size > 0) std::memcpy(buffer->data + offset, data, size);
+        return nullptr;
+    });
+}
+
+cellm_status* buffer_read(cellm_backend* backend, const cellm_buffer* buffer, uint64_t offset, void* data, uint64_t size) {
+    return guard([&]() -> cellm_status* {
+        if (cellm_status* s = check_range(backend, buffer, offset, data, size, "buffer_read")) return s;
+        if (size > 0) std::memcpy(data, buffer->data + offset, size);
+        return nullptr;
+    });
+}
+
+cellm_status* graph_prepare(cellm_backend* backend, const cellm_graph* graph, cellm_plan** out) {
+    return guard([&]() -> cellm_status* {
+        if (backend == nullptr || graph == nullptr || out == nullptr)
+            return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph_prepare needs a backend, graph and output");
+        auto plan = std::make_unique<cellm_plan>();
+        prepare(*backend, *graph, *plan);
+        *out = plan.release();
+        return nullptr;
+    });
+}
+
+cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cellm_execute_args* args) {
+    return guard([&]() -> cellm_status* {
+        if (backend == nullptr || plan == nullptr || args == nullptr ||
+            !CELLM_HAS_FIELD(args, cellm_execute_args, output_stride))
+            return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph_execute needs a backend, plan and arguments");
+        const size_t n_inputs = args->n_inputs, n_outputs = args->n_outputs;
+        if ((n_inputs > 0 && (args->inputs == nullptr || args->input_stride < sizeof(cellm_input_binding))) ||
+            (n_outputs > 0 && (args->outputs == nullptr || args->output_stride < sizeof(cellm_output_binding))))
+            return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph_execute: binding arrays missing or strides too small");
+        auto input = [&](size_t k) -> const cellm_input_binding& { return *cellm_input_at(args, k); };
+        auto output = [&](size_t k) -> const cellm_output_binding& { return *cellm_output_at(args, k); };
+        const auto n_nodes = static_cast<int32_t>(plan->nodes.size());
+        std::vector<bool> bound(plan->nodes.size(), false);
+        for (size_t k = 0; k < n_inputs; ++k) {
+            const cellm_input_binding& b = input(k);
+            if (b.node < 0 || b.node >= n_nodes || plan->nodes[static_cast<size_t>(b.node)].op != CELLM_OP_INPUT)
+                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "input binding " + std::to_string(k) + " names node " +
+                                                              std::to_string(b.node) + ", which is not an INPUT node");
+            const Node& n = plan->nodes[static_cast<size_t>(b.node)];
+            if (bound[static_cast<size_t>(b.node)])
+                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(*plan, b.node) + " is bound twice");
+            if (b.size != n.bytes || b.data == nullptr)
+                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(*plan, b.node) + " needs " +
+                                                              std::to_string(n.bytes) + " bytes, binding has " +
+                                                              std::to_string(b.size));
+            bound[static_cast<size_t>(b.node)] = true;
+        }
+        for (int32_t i = 0; i < n_nodes; ++i)
+            if (plan->nodes[static_cast<size_t>(i)].op == CELLM_OP_INPUT && !bound[static_cast<size_t>(i)])
+                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(*plan, i) + " has no input binding");
+        for (size_t k = 0; k < n_outputs; ++k) {
+            const cellm_output_binding& b = output(k);
+            if (std::find(plan->outputs.begin(), plan->outputs.end(), b.node) == plan->outputs.end())
+                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "output binding " + std::to_string(k) + " names node " +
+                                                              std::to_string(b.node) + ", which is not a graph output");
+            const Node& n = plan->nodes[static_cast<size_t>(b.node)];
+            if (b.size != n.bytes || b.data == nullptr)
+                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "output " + describe(*plan, b.node) + " has " +
+                                                              std::to_string(n.bytes) + " bytes, binding has " +
+                                                              std::to_string(b.size));
+        }
+
+        for (size_t k = 0; k < n_inputs; ++k)
+            std::memcpy(plan->nodes[static_cast<size_t>(input(k).node)].data, input(k).data, input(k).size);
+        backend->executor->run(*plan);
+        for (size_t k = 0; k < n_outputs; ++k)
+            std::memcpy(output(k).data, plan->nodes[static_cast<size_t>(output(k).node)].data, output(k).size);
+        return nullptr;
+    });
+}
+
+void plan_free(cellm_backend*, cellm_plan* plan) { delete plan; }
+
+const cellm_backend_iface iface = {
+    sizeof(cellm_backend_iface),
+    create,
+    destroy,
+    get_info,
+    supports_type,
+    supports_op,
+    buffer_alloc,
+    buffer_wrap_host,
+    buffer_free,
+    buffer_write,
+    buffer_read,
+    graph_prepare,
+    graph_execute,
+    plan_free,
+    nullptr,  // describe: the spec's, set in plugin_descriptor
+};
+
+}  // namespace
+
+const cellm_plugin_desc* plugin_descriptor(const BackendSpec& backend_spec, const cellm_host_api* host,
+                                           uint32_t host_abi_major) {
+    if (host == nullptr || host_abi_major != CELLM_ABI_MAJOR) return nullptr;
+    plugin::host() = host;
+    spec = &backend_spec;
+    static cellm_backend_iface table = iface;
+    table.describe = backend_spec.describe;
+    static const cellm_plugin_desc descriptor = {
+        sizeof(cellm_plugin_desc), CELLM_ABI_MAJOR, CELLM_ABI_MINOR, CELLM_PLUGIN_BACKEND,
+        backend_spec.name,         backend_spec.version, backend_spec.summary,      &table,
+    };
+    return &descriptor;
+}
+
+}  // namespace cellm::cpu

@@ -1,0 +1,53 @@
+// The numerical meaning of every graph op (graph.h), one plain loop nest per op.
+#pragma once
+
+#include "plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cellm::cpu {
+
+// The float dot product of the reference kernels, in the order an 8-wide SIMD loop computes it: element i
+// accumulates into lane i % 8 with a fused multiply-add, the lanes add as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)),
+// and a tail past the last whole group of 8 follows one by one. Fixing the order lets every CPU kernel table
+// reproduce the reference exactly, which matters: this model family turns last-bit differences into visible
+// logit changes (docs/correctness.md). `b(i)` gives element i of the second operand as a float.
+template <class Element>
+float dot_in_lanes(const float* a, Element b, int64_t n) {
+    float lanes[8] = {};
+    const int64_t whole = n / 8 * 8;
+    for (int64_t i = 0; i < whole; ++i) lanes[i % 8] = std::fma(a[i], b(i), lanes[i % 8]);
+    float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+    for (int64_t i = whole; i < n; ++i) sum += a[i] * b(i);
+    return sum;
+}
+
+// An ATTENTION node's parameters and runtime inputs, checked: every token's sequence row, position and the
+// block table entries its window reads are in range. Slots are rows of the KV pools.
+struct AttentionShape {
+    int64_t n_tokens = 0, n_head = 0, group = 1, head_dim = 0, block_size = 1, window = 0, max_blocks = 0;
+    float scale = 1.0f, softcap = 0.0f;
+    const int32_t* block_table = nullptr;  // [n_seqs][max_blocks]
+    const int32_t* seq_of = nullptr;
+    const int32_t* pos_of = nullptr;
+
+    int64_t position(int64_t t) const { return pos_of[t]; }
+    // First position token t attends to (its sliding window's start).
+    int64_t first(int64_t t) const { return window > 0 ? std::max<int64_t>(0, pos_of[t] - window + 1) : 0; }
+    // Pool row holding position j of token t's sequence.
+    int64_t slot(int64_t t, int64_t j) const {
+        return static_cast<int64_t>(block_table[seq_of[t] * max_blocks + j / block_size]) * block_size + j % block_size;
+    }
+    // Offset of query head h's K/V head within a pool row.
+    int64_t kv_offset(int64_t h) const { return (h / group) * head_dim; }
+};
+
+// Checks node `index` (an ATTENTION node whose inputs are bound); throws plugin::Failure naming the bad entry.
+AttentionShape check_attention(Plan& plan, int32_t index);
+
+// Runs node `index` of a plan whose earlier nodes have run; throws plugin::Failure on bad runtime data
+// (token id, slot or block table entry out of range).
+void run_reference(Plan& plan, int32_t index);
+
+}  // namespace cellm::cpu
