@@ -5,11 +5,9 @@
 
 namespace cellm::blocks {
 
-namespace {
-
 // Q8_0 / Q8_1 as ggml's quantize_row_q8_*: codes x * 127/amax rounded to nearest even, the scale amax/127 and
 // the block sum scale * sum(codes) stored as fp16.
-void quantize_q8_32(const float* x, int64_t n, int8_t* codes, float* scales, float* sums) {
+void quantize_q8(const float* x, int64_t n, int8_t* codes, float* scales, float* sums) {
     for (int64_t b = 0; b < n / 32; ++b) {
         const float* xb = x + b * 32;
         float amax = 0.0f;
@@ -25,6 +23,8 @@ void quantize_q8_32(const float* x, int64_t n, int8_t* codes, float* scales, flo
         sums[b] = fp16_to_fp32(fp32_to_fp16(d * static_cast<float>(sum)));
     }
 }
+
+namespace {
 
 // Q8_K as ggml's quantize_row_q8_K: the element of largest magnitude maps to -127; the scale stays a float.
 void round_q8_k(const float* x, float* y, int64_t n) {
@@ -53,7 +53,7 @@ void round_activations(cellm_dtype weight_type, const float* x, float* y, int64_
     case CELLM_TYPE_Q4_0: case CELLM_TYPE_Q4_1: case CELLM_TYPE_Q5_0: case CELLM_TYPE_Q5_1: case CELLM_TYPE_Q8_0: {
         std::vector<int8_t> codes(static_cast<size_t>(n));
         std::vector<float> scales(static_cast<size_t>(n / 32)), sums(static_cast<size_t>(n / 32));
-        quantize_q8_32(x, n, codes.data(), scales.data(), sums.data());
+        quantize_q8(x, n, codes.data(), scales.data(), sums.data());
         for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(codes[static_cast<size_t>(i)]) * scales[static_cast<size_t>(i / 32)];
         return;
     }
@@ -79,7 +79,7 @@ void Activations::prepare(cellm_dtype weight_type, const float* x, int64_t n) {
         codes_.resize(static_cast<size_t>(n));
         scales_.resize(static_cast<size_t>(n / 32));
         sums_.resize(static_cast<size_t>(n / 32));
-        quantize_q8_32(x, n, codes_.data(), scales_.data(), sums_.data());
+        quantize_q8(x, n, codes_.data(), scales_.data(), sums_.data());
     } else {
         values_.resize(static_cast<size_t>(n));
         round_activations(weight_type, x, values_.data(), n);

@@ -115,16 +115,30 @@ struct Legacy {
         }
     }
 
-    // ggml's vec_dot with Q8_0 (symmetric) or Q8_1 (affine) activation blocks: an integer sum per block, scaled
-    // by both fp16 scales; the affine min meets the activation block's stored fp16 sum.
-    static float dot_q8(const uint8_t* b, const int8_t* x, float x_scale, float x_sum) {
-        int q[block];
-        read_codes(b, q);
-        int sum = 0;
-        for (int j = 0; j < block; ++j) sum += q[j] * x[j];
-        float dot = load_half(b) * x_scale * static_cast<float>(sum);
-        if constexpr (Affine) dot += load_half(b + 2) * x_sum;
-        return dot;
+    // One row against Q8_0 (symmetric) or Q8_1 (affine) activation blocks, in exactly the order of ggml's x86
+    // vec_dot (and cellm's SIMD kernels): a block's 32 products sum as integers in eight lanes of four
+    // neighbours; lane l accumulates d_w * d_x * sum_l with a fused multiply-add along the row; the lanes then
+    // add as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)). The affine mins meet the activation blocks' stored fp16
+    // sums in a separate running sum, also fused, added last. Any other order is as valid but not bit-equal.
+    static float dot_q8_row(const uint8_t* row, const int8_t* x, const float* scales, const float* sums,
+                            int64_t n_blocks) {
+        float lanes[8] = {};
+        float mins = 0.0f;
+        for (int64_t i = 0; i < n_blocks; ++i) {
+            const uint8_t* b = row + i * bytes;
+            int q[block];
+            read_codes(b, q);
+            const float d = load_half(b) * scales[i];
+            for (int l = 0; l < 8; ++l) {
+                int sum = 0;
+                for (int j = 4 * l; j < 4 * l + 4; ++j) sum += q[j] * x[i * block + j];
+                lanes[l] = std::fma(d, static_cast<float>(sum), lanes[l]);
+            }
+            if constexpr (Affine) mins = std::fma(load_half(b + 2), sums[i], mins);
+        }
+        const float even = (lanes[0] + lanes[4]) + (lanes[2] + lanes[6]);
+        const float odd = (lanes[1] + lanes[5]) + (lanes[3] + lanes[7]);
+        return (even + odd) + mins;
     }
 
     static void quantize(const float* x, uint8_t* b) {
@@ -298,19 +312,12 @@ struct Format {
 };
 
 template <class T>
-concept HasQ8Dot = requires(const uint8_t* b, const int8_t* x) { T::dot_q8(b, x, 1.0f, 1.0f); };
+concept HasQ8Dot = requires(const uint8_t* b, const int8_t* x, const float* f) { T::dot_q8_row(b, x, f, f, 1); };
 
 template <class T>
 constexpr auto dot_q8_of() {
     float (*fn)(const uint8_t*, const int8_t*, const float*, const float*, int64_t) = nullptr;
-    if constexpr (HasQ8Dot<T>) {
-        fn = [](const uint8_t* row, const int8_t* codes, const float* scales, const float* sums, int64_t n_blocks) {
-            float total = 0.0f;
-            for (int64_t i = 0; i < n_blocks; ++i)
-                total += T::dot_q8(row + i * T::bytes, codes + i * T::block, scales[i], sums[i]);
-            return total;
-        };
-    }
+    if constexpr (HasQ8Dot<T>) fn = T::dot_q8_row;
     return fn;
 }
 

@@ -51,6 +51,11 @@ namespace cellm::blocks {
 // of the weight's block size; x and y may alias). Exact for the float and K-quant formats.
 void round_activations(cellm_dtype weight_type, const float* x, float* y, int64_t n);
 
+// Activations as ggml's quantize_row_q8_0/q8_1 store them, per block of 32 (n a multiple of 32): codes
+// x * 127/amax rounded to nearest even, the scale amax/127 and the block sum scale * sum(codes), both rounded
+// to fp16 (and returned as floats).
+void quantize_q8(const float* x, int64_t n, int8_t* codes, float* scales, float* sums);
+
 // True for the 32-element block formats, whose dot product needs the quantized activations themselves.
 bool has_q8_dot(cellm_dtype weight_type);
 // Sum over blocks of d_w * scale * sum(q_w * code) (+ m_w * sum for Q4_1/Q5_1): one stored row against
