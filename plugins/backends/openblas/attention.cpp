@@ -1,0 +1,66 @@
+#include "attention.hpp"
+
+#include "blocks.h"
+#include "kernels.hpp"
+#include "reference_kernels.hpp"
+
+#include <cmath>
+
+namespace cellm::openblas {
+
+void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch) {
+    const cpu::AttentionShape a = cpu::check_attention(plan, index);
+    const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
+    const cpu::Node& q = plan.nodes[static_cast<size_t>(node.src[0])];
+    const cpu::Node& k_pool = plan.nodes[static_cast<size_t>(node.src[1])];
+    const cpu::Node& v_pool = plan.nodes[static_cast<size_t>(node.src[2])];
+    const Kernels& kern = kernels();
+    const bool f16 = k_pool.type == CELLM_TYPE_F16;  // otherwise F32 (the only pool types plans accept)
+    const int64_t row = k_pool.ne[0];
+    auto key = [&](int64_t slot, int64_t offset, const float* qr) {
+        return f16 ? kern.dot_f16(qr, reinterpret_cast<const uint16_t*>(k_pool.data) + slot * row + offset, a.head_dim)
+                   : kern.dot_f32(qr, k_pool.f32() + slot * row + offset, a.head_dim);
+    };
+    auto add_value = [&](float weight, int64_t slot, int64_t offset, float* out) {
+        if (v_pool.type == CELLM_TYPE_F16)
+            kern.axpy_f16(weight, reinterpret_cast<const uint16_t*>(v_pool.data) + slot * row + offset, out, a.head_dim);
+        else
+            kern.axpy_f32(weight, v_pool.f32() + slot * row + offset, out, a.head_dim);
+    };
+
+    scratch.scores.resize(static_cast<size_t>(pool.size()));
+    scratch.query.resize(static_cast<size_t>(pool.size()));
+    const size_t window = static_cast<size_t>(a.max_blocks * a.block_size);
+    for (auto& s : scratch.scores) s.resize(std::max(s.size(), window));
+    for (auto& s : scratch.query) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
+
+    pool.run(a.n_tokens * a.n_head, [&](int64_t task, int thread) {
+        const int64_t t = task / a.n_head, h = task % a.n_head;
+        const int64_t first = a.first(t), last = a.position(t), offset = a.kv_offset(h);
+        float* scores = scratch.scores[static_cast<size_t>(thread)].data();
+        float* qr = scratch.query[static_cast<size_t>(thread)].data();
+        // Rounded as the reference rounds MATMUL operands: q to the K pool's type, each weight to V's.
+        blocks::round_activations(k_pool.type, q.f32() + task * a.head_dim, qr, a.head_dim);
+        float best = -INFINITY;
+        for (int64_t j = first; j <= last; ++j) {
+            float s = a.scale * key(a.slot(t, j), offset, qr);
+            if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
+            scores[j - first] = s;
+            best = std::max(best, s);
+        }
+        float sum = 0.0f;
+        for (int64_t j = first; j <= last; ++j) {
+            scores[j - first] = std::exp(scores[j - first] - best);
+            sum += scores[j - first];
+        }
+        float* out = node.f32() + task * a.head_dim;
+        std::fill(out, out + a.head_dim, 0.0f);
+        for (int64_t j = first; j <= last; ++j) {
+            float weight = scores[j - first] / sum;
+            blocks::round_activations(v_pool.type, &weight, &weight, 1);
+            add_value(weight, a.slot(t, j), offset, out);
+        }
+    });
+}
+
+}  // namespace cellm::openblas

@@ -1,0 +1,21 @@
+// ATTENTION over the paged KV cache, with (token, head) pairs spread across threads. K and V rows are read
+// where the block table says they are, in the pool's own type: no copy of a sequence's cache per step.
+#pragma once
+
+#include "plan.hpp"
+#include "thread_pool.hpp"
+
+#include <vector>
+
+namespace cellm::openblas {
+
+// Per-thread memory of the attention op, reused between steps.
+struct AttentionScratch {
+    std::vector<std::vector<float>> scores;  // attention weights of one query
+    std::vector<std::vector<float>> query;   // the query rounded to the pool's type
+};
+
+// Runs node `index` (ATTENTION) of `plan`; throws plugin::Failure on out-of-range runtime inputs.
+void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch);
+
+}  // namespace cellm::openblas

@@ -1,0 +1,58 @@
+// The inner loops where a step spends its time, one table per instruction set, chosen once at load by CPU
+// feature detection. Each entry computes what the reference kernels compute (up to float summation order), so
+// any table can be tested against the scalar backend. A new instruction set (ARM NEON, AVX-512) is one more
+// file filling this table.
+#pragma once
+
+#include <cellm/tensor.h>
+
+#include <cstdint>
+
+namespace cellm::openblas {
+
+// Columns of activations quantized by blocks::quantize_q8: column c's codes start at codes + c * 32 * n_blocks,
+// its scales and block sums at scales + c * n_blocks and sums + c * n_blocks.
+struct Q8Columns {
+    const int8_t* codes;
+    const float* scales;
+    const float* sums;
+    int64_t n_blocks;
+};
+
+// y[c * y_stride + r] = row r . column c for rows [0, n_rows) (stored row_bytes apart, starting at `rows`) and
+// columns [0, n_cols): each result bit-equal to blocks::dot_q8.
+using RowsDotQ8 = void (*)(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Columns& x, int64_t n_cols,
+                           float* y, int64_t y_stride);
+// Expands `n_blocks` blocks of one stored row into floats, as blocks::dequantize_row does.
+using RowDequantize = void (*)(const void* row, float* out, int64_t n_blocks);
+
+struct Kernels {
+    const char* isa;  // "avx2", "portable"
+    // Indexed by Slot below; nullptr where this table has no specialised loop (callers use blocks::).
+    RowsDotQ8 dot_q8[3];
+    RowDequantize dequantize[3];
+    // Attention's loops, bit-equal to the reference kernels: dots in eight fused lanes (reference_kernels.cpp
+    // gives the order), y += a x as a multiply then an add.
+    float (*dot_f32)(const float* a, const float* b, int64_t n);
+    float (*dot_f16)(const float* a, const uint16_t* b, int64_t n);  // b holds fp16 values
+    void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
+    void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
+};
+
+// Which entry of dot_q8/dequantize serves a weight type, or -1.
+inline int slot(cellm_dtype type) {
+    switch (type) {
+    case CELLM_TYPE_Q8_0: return 0;
+    case CELLM_TYPE_Q4_0: return 1;
+    case CELLM_TYPE_Q4_1: return 2;
+    default: return -1;
+    }
+}
+
+const Kernels& portable_kernels();
+const Kernels* avx2_kernels();  // nullptr when not compiled in (non-x86 builds)
+
+// The best table this CPU can run.
+const Kernels& kernels();
+
+}  // namespace cellm::openblas

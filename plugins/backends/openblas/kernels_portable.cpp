@@ -1,0 +1,51 @@
+// The table every CPU can run: plain loops the compiler may vectorise for the build's baseline.
+#include "kernels.hpp"
+
+#include "blocks.h"
+#include "reference_kernels.hpp"
+
+namespace cellm::openblas {
+namespace {
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    return cpu::dot_in_lanes(a, [b](int64_t i) { return b[i]; }, n);
+}
+
+float dot_f16(const float* a, const uint16_t* b, int64_t n) {
+    return cpu::dot_in_lanes(a, [b](int64_t i) { return blocks::fp16_to_fp32(b[i]); }, n);
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += a * blocks::fp16_to_fp32(x[i]);
+}
+
+const Kernels table = {
+    "portable", {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, dot_f32, dot_f16, axpy_f32, axpy_f16,
+};
+
+}  // namespace
+
+const Kernels& portable_kernels() { return table; }
+
+#if !defined(__x86_64__)
+const Kernels* avx2_kernels() { return nullptr; }
+#endif
+
+const Kernels& kernels() {
+    static const Kernels& best = [] () -> const Kernels& {
+#if defined(__x86_64__)
+        __builtin_cpu_init();
+        if (avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c"))
+            return *avx2_kernels();
+#endif
+        return table;
+    }();
+    return best;
+}
+
+}  // namespace cellm::openblas

@@ -1,0 +1,116 @@
+#include "matmul.hpp"
+
+#include "blocks.h"
+#include "kernels.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace cellm::openblas {
+namespace {
+
+template <class T>
+T* sized(std::vector<T>& v, int64_t n) {
+    if (v.size() < static_cast<size_t>(n)) v.resize(static_cast<size_t>(n));
+    return v.data();
+}
+
+// Rows per task: enough tasks that both cores stay busy to the end, few enough that taking one is cheap.
+int64_t rows_per_task(int64_t rows, int threads, int64_t minimum) {
+    return std::max<int64_t>(minimum, rows / (static_cast<int64_t>(threads) * 8));
+}
+
+// Expands rows [r0, r1) of w into `out` (row after row).
+void expand_rows(const cpu::Node& w, int64_t r0, int64_t r1, float* out) {
+    const int64_t k = w.ne[0];
+    const uint64_t row_bytes = blocks::row_bytes(w.type, k);
+    const int s = slot(w.type);
+    const RowDequantize fast = s >= 0 ? kernels().dequantize[s] : nullptr;
+    for (int64_t r = r0; r < r1; ++r) {
+        const std::byte* row = w.data + static_cast<uint64_t>(r) * row_bytes;
+        float* dst = out + (r - r0) * k;
+        if (w.type == CELLM_TYPE_F32) std::memcpy(dst, row, static_cast<size_t>(k) * sizeof(float));
+        else if (fast != nullptr) fast(row, dst, k / 32);
+        else blocks::dequantize_row(w.type, row, dst, k);
+    }
+}
+
+// The quantized path for weight types with a Q8 dot product: bit-equal to the reference for any split.
+void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 32;
+    int8_t* codes = sized(s.codes, n * k);
+    float* scales = sized(s.scales, n * nb);
+    float* sums = sized(s.sums, n * nb);
+    for (int64_t c = 0; c < n; ++c) blocks::quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb);
+    const Q8Columns columns{codes, scales, sums, nb};
+
+    const int sl = slot(w.type);
+    const RowsDotQ8 fast = sl >= 0 ? kernels().dot_q8[sl] : nullptr;
+    const cellm_dtype type = w.type;
+    const uint64_t row_bytes = blocks::row_bytes(type, k);
+    const int64_t per_task = rows_per_task(m, pool.size(), 16);
+    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int) {
+        const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
+        if (fast != nullptr) {
+            fast(w.data + static_cast<uint64_t>(r0) * row_bytes, row_bytes, r1 - r0, columns, n, y.f32() + r0, m);
+            return;
+        }
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = 0; c < n; ++c)
+                y.f32()[c * m + r] = blocks::dot_q8(type, w.data + static_cast<uint64_t>(r) * row_bytes, codes + c * k,
+                                                    scales + c * nb, sums + c * nb, k);
+    });
+}
+
+// Activations as the weight type's dot product sees them (blocks::round_activations), column after column.
+const float* round_columns(const cpu::Node& w, const cpu::Node& x, MatmulScratch& s) {
+    const int64_t k = w.ne[0], n = x.rows();
+    float* rounded = sized(s.rounded, n * k);
+    for (int64_t c = 0; c < n; ++c) blocks::round_activations(w.type, x.f32() + c * k, rounded + c * k, k);
+    return rounded;
+}
+
+// The BLAS path: Y^T (n x m) = X (n x k) W^T, one panel of weight rows per task.
+void matmul_blas(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
+    const float* rounded = round_columns(w, x, s);
+    s.panels.resize(static_cast<size_t>(pool.size()));
+    // Panels of at most ~256 KiB of floats keep the expanded rows in the core's L2 for SGEMM.
+    const int64_t per_task = std::clamp<int64_t>((64 * 1024) / k, 16, rows_per_task(m, pool.size(), 16));
+    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int thread) {
+        const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
+        float* panel = sized(s.panels[static_cast<size_t>(thread)], per_task * k);
+        expand_rows(w, r0, r1, panel);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(r1 - r0),
+                    static_cast<blasint>(k), 1.0f, rounded, static_cast<blasint>(k), panel, static_cast<blasint>(k),
+                    0.0f, y.f32() + r0, static_cast<blasint>(m));
+    });
+}
+
+// Few columns of a weight type without a Q8 dot (floats, K-quants): expand each row once, meet every column.
+void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
+    const float* rounded = round_columns(w, x, s);
+    s.panels.resize(static_cast<size_t>(pool.size()));
+    const int64_t per_task = rows_per_task(m, pool.size(), 8);
+    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int thread) {
+        float* row = sized(s.panels[static_cast<size_t>(thread)], k);
+        const int64_t r1 = std::min(m, (task + 1) * per_task);
+        for (int64_t r = task * per_task; r < r1; ++r) {
+            expand_rows(w, r, r + 1, row);
+            for (int64_t c = 0; c < n; ++c) y.f32()[c * m + r] = kernels().dot_f32(row, rounded + c * k, k);
+        }
+    });
+}
+
+}  // namespace
+
+void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch) {
+    if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch);
+    else if (x.rows() >= blas_min_columns) matmul_blas(w, x, y, pool, scratch);
+    else matmul_rows(w, x, y, pool, scratch);
+}
+
+}  // namespace cellm::openblas

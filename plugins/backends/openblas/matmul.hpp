@@ -1,0 +1,30 @@
+// MATMUL (y = W x) on the CPU, fast, with weight rows split across threads.
+// - Weight types with a Q8 dot product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), at any number of columns: each column is
+//   quantized once to Q8 blocks and meets tiles of weight rows block by block as integers. Bit-equal to the
+//   reference, and as fast at prefill as expanding the weights for SGEMM (bench/kernels_bench measures both).
+// - Other types (F32, F16, BF16, K-quants) with many columns: the activations are rounded as MATMUL defines,
+//   each thread expands a panel of weight rows to floats and multiplies it with OpenBLAS SGEMM; with few
+//   columns each expanded row meets the columns directly. Equal to the reference up to summation order.
+#pragma once
+
+#include "plan.hpp"
+#include "thread_pool.hpp"
+
+#include <vector>
+
+namespace cellm::openblas {
+
+// Columns from which SGEMM beats expanded rows meeting each column (bench/kernels_bench).
+inline constexpr int64_t blas_min_columns = 8;
+
+// Memory the matmuls of one backend instance reuse from step to step.
+struct MatmulScratch {
+    std::vector<int8_t> codes;          // Q8 activations, column after column
+    std::vector<float> scales, sums;    // per block of 32, column after column
+    std::vector<float> rounded;         // activations as the weight type's dot product sees them
+    std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
+};
+
+void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch);
+
+}  // namespace cellm::openblas

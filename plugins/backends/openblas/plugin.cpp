@@ -1,0 +1,97 @@
+// The "openblas" backend: the reference kernels except where a step spends its time (MATMUL, ATTENTION),
+// which run on a persistent thread pool with SIMD kernels chosen for this CPU and OpenBLAS SGEMM.
+#include "attention.hpp"
+#include "frame.hpp"
+#include "kernels.hpp"
+#include "matmul.hpp"
+#include "reference_kernels.hpp"
+#include "thread_pool.hpp"
+
+#include "plugin_host.hpp"
+
+#include <cblas.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace cellm::openblas {
+namespace {
+
+// Physical cores this process may run on: hyper-threads share a core's SIMD units, so they add little.
+int physical_cores() {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return std::max(1u, std::thread::hardware_concurrency());
+    std::set<std::pair<std::string, std::string>> cores;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+        if (!CPU_ISSET(cpu, &allowed)) continue;
+        const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+        std::string package, core;
+        std::ifstream(dir + "physical_package_id") >> package;
+        std::ifstream(dir + "core_id") >> core;
+        cores.emplace(package.empty() ? std::to_string(cpu) : package, core.empty() ? std::to_string(cpu) : core);
+    }
+    return std::max<int>(1, static_cast<int>(cores.size()));
+}
+
+class BlasExecutor final : public cpu::Executor {
+public:
+    explicit BlasExecutor(int threads) : pool_(threads) {}
+
+    void run(cpu::Plan& plan) override {
+        for (size_t i = 0; i < plan.nodes.size(); ++i) {
+            const auto index = static_cast<int32_t>(i);
+            const cpu::Node& node = plan.nodes[i];
+            switch (node.op) {
+            case CELLM_OP_MATMUL: matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_); break;
+            case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_); break;
+            default: cpu::run_reference(plan, index); break;
+            }
+        }
+    }
+    int threads() const override { return pool_.size(); }
+
+private:
+    static const cpu::Node& src(const cpu::Plan& plan, const cpu::Node& node, int k) {
+        return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])];
+    }
+
+    ThreadPool pool_;
+    MatmulScratch matmul_;
+    AttentionScratch attention_;
+};
+
+std::unique_ptr<cpu::Executor> make_executor(int threads) {
+    // Each pool thread calls SGEMM on its own panel, so OpenBLAS must not start threads of its own.
+    openblas_set_num_threads(1);
+    return std::make_unique<BlasExecutor>(threads > 0 ? threads : physical_cores());
+}
+
+void describe(void (*emit)(void* user, const char* line), void* user) {
+    if (emit == nullptr) return;
+    const std::string line = "cpu: " + std::to_string(physical_cores()) + " physical cores, kernels " + kernels().isa +
+                             ", OpenBLAS " + openblas_get_corename() + " (" + openblas_get_config() + ")";
+    emit(user, line.c_str());
+}
+
+const cpu::BackendSpec spec = {
+    "openblas",
+    "0.1.0",
+    "CPU backend: SIMD quantized kernels, OpenBLAS SGEMM for batches, a persistent thread pool",
+    "cpu (openblas)",
+    make_executor,
+    describe,
+};
+
+}  // namespace
+}  // namespace cellm::openblas
+
+extern "C" CELLM_EXPORT const cellm_plugin_desc* cellm_plugin_entry(const cellm_host_api* host, uint32_t host_abi_major,
+                                                                    uint32_t) {
+    return cellm::cpu::plugin_descriptor(cellm::openblas::spec, host, host_abi_major);
+}

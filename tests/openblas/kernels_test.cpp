@@ -1,0 +1,91 @@
+// The openblas backend's kernel tables against the reference block code (blocks::), for every table this CPU
+// can run: dequantization and quantized dot products are bit-exact, float loops agree up to summation order.
+#include "blocks.h"
+#include "kernels.hpp"
+#include "reference_kernels.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+namespace {
+
+using cellm::openblas::Kernels;
+
+std::vector<float> random_floats(size_t n, unsigned seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    // A few outliers, as real activations have.
+    for (size_t i = 0; i < n; i += 97) v[i] *= 20.0f;
+    return v;
+}
+
+std::vector<const Kernels*> runnable_tables() {
+    std::vector<const Kernels*> tables{&cellm::openblas::portable_kernels()};
+    if (&cellm::openblas::kernels() != tables[0]) tables.push_back(&cellm::openblas::kernels());
+    return tables;
+}
+
+TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
+    const int64_t k = 576;
+    for (const Kernels* table : runnable_tables()) {
+        for (cellm_dtype type : {CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1}) {
+            SCOPED_TRACE(std::string(table->isa) + " type " + std::to_string(type));
+            const int s = cellm::openblas::slot(type);
+            ASSERT_GE(s, 0);
+            std::vector<uint8_t> row(cellm::blocks::row_bytes(type, k));
+            cellm::blocks::quantize_row(type, random_floats(k, 1).data(), row.data(), k);
+            std::vector<float> want(k), got(k);
+            cellm::blocks::dequantize_row(type, row.data(), want.data(), k);
+            if (table->dequantize[s] != nullptr) {
+                table->dequantize[s](row.data(), got.data(), k / 32);
+                EXPECT_EQ(got, want);
+            }
+            // Tiles of rows and columns with remainders on both sides: 7 rows, 5 columns.
+            const int64_t m = 7, n = 5, nb = k / 32;
+            const uint64_t row_bytes = cellm::blocks::row_bytes(type, k);
+            std::vector<uint8_t> rows(row_bytes * m);
+            cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
+            std::vector<int8_t> codes(k * n);
+            std::vector<float> scales(nb * n), sums(nb * n);
+            for (int64_t c = 0; c < n; ++c)
+                cellm::blocks::quantize_q8(random_floats(k, 10 + unsigned(c), 3.0f).data(), k, codes.data() + c * k,
+                                           scales.data() + c * nb, sums.data() + c * nb);
+            if (table->dot_q8[s] == nullptr) continue;
+            std::vector<float> y(m * n, -1.0f);
+            table->dot_q8[s](rows.data(), row_bytes, m, {codes.data(), scales.data(), sums.data(), nb}, n, y.data(), m);
+            for (int64_t c = 0; c < n; ++c)
+                for (int64_t r = 0; r < m; ++r)
+                    EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8(type, rows.data() + r * row_bytes, codes.data() + c * k,
+                                                                 scales.data() + c * nb, sums.data() + c * nb, k))
+                        << "row " << r << " column " << c;
+        }
+    }
+}
+
+TEST(OpenblasKernels, FloatAndHalfLoops) {
+    const int64_t n = 67;  // not a multiple of the vector width
+    const std::vector<float> a = random_floats(n, 3), b = random_floats(n, 4);
+    std::vector<uint16_t> h(n);
+    for (int64_t i = 0; i < n; ++i) h[i] = cellm::blocks::fp32_to_fp16(b[i]);
+    const float want_f32 = cellm::cpu::dot_in_lanes(a.data(), [&](int64_t i) { return b[i]; }, n);
+    const float want_f16 = cellm::cpu::dot_in_lanes(a.data(), [&](int64_t i) { return cellm::blocks::fp16_to_fp32(h[i]); }, n);
+    for (const Kernels* table : runnable_tables()) {
+        SCOPED_TRACE(table->isa);
+        EXPECT_EQ(table->dot_f32(a.data(), b.data(), n), want_f32);
+        EXPECT_EQ(table->dot_f16(a.data(), h.data(), n), want_f16);
+        std::vector<float> y32(a), y16(a);
+        table->axpy_f32(0.5f, b.data(), y32.data(), n);
+        table->axpy_f16(0.5f, h.data(), y16.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            EXPECT_EQ(y32[i], a[i] + 0.5f * b[i]);
+            EXPECT_EQ(y16[i], a[i] + 0.5f * cellm::blocks::fp16_to_fp32(h[i]));
+        }
+    }
+}
+
+}  // namespace
