@@ -58,11 +58,12 @@ TEST_P(Parity, TokenizerMatchesLlamaCpp) {
 }
 
 // llama.cpp is not a bit-exact yardstick on this model. The reference file records how far llama.cpp moves
-// from itself when only its attention path changes (flash attention off): up to ~1 logit, whole-vocabulary
-// cosine down to 0.979 (75 of 256 positions under 0.999), top-1 flips wherever the two best tokens are within a
-// fraction of a logit, 3 of 6 greedy runs identical. The bars are therefore: no further from llama.cpp than
-// llama.cpp is from itself, and exact top-1 and greedy agreement wherever the reference is decisive (its best
-// token leads the second by at least kNearTie; llama.cpp vs itself has no top-1 flip there).
+// from itself under evaluation orders that are just as valid (flash attention off; the whole sequence as one
+// batch, which is what the teacher-forced test below runs): up to ~1.6 logits, whole-vocabulary cosine down to
+// 0.977, top-1 flips wherever the two best tokens are within a fraction of a logit, 3 of 6 greedy runs
+// identical. The bars are therefore: no further from llama.cpp than llama.cpp is from itself, and exact top-1
+// and greedy agreement wherever the reference is decisive (its best token leads the second by at least
+// kNearTie; llama.cpp vs itself has no top-1 flip there).
 constexpr double kNearTie = 0.25;
 
 double margin(const nlohmann::json& top20_row) {
@@ -140,10 +141,48 @@ TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
                 self["positions_below_0.999"].get<int>(), self["positions"].get<int>(), worst_top20,
                 self["worst_top20_cosine"].get<double>(), agreement, self["top1_agreement"].get<double>(),
                 decisive_agreement, decisive);
-    EXPECT_GE(decisive_agreement, 0.98);
+    // The best token may only differ where llama.cpp's own choice is a near tie. Overall top-1 agreement is
+    // printed, not asserted: it counts near-tie flips, which last-bit rounding differences decide (llama.cpp's
+    // own variants range from 96.9% to 99.4%, and cellm's scalar backend moved between 96.5% and 97.5% when
+    // only the summation order of a dot product changed).
+    EXPECT_EQ(decisive_agree, decisive);
     // No further from llama.cpp than llama.cpp is from itself.
-    EXPECT_GE(agreement, self["top1_agreement"].get<double>());
     EXPECT_GE(worst_top20, self["worst_top20_cosine"].get<double>());
+}
+
+// Every other backend against the scalar reference, which defines the ops: the same computation up to float
+// summation order, so the logits must be far closer to scalar's than to llama.cpp's.
+TEST_P(Parity, TeacherForcedLogitsMatchScalar) {
+    if (GetParam() == "scalar") GTEST_SKIP() << "scalar is the reference";
+    EngineOptions options;
+    options.context_length = 512;
+    Stack scalar = make_stack(smollm2_path(), "scalar", options);
+    const size_t n_vocab = static_cast<size_t>(stack_.engine->n_vocab());
+    double worst_cosine = 1.0, worst_diff = 0.0;
+    for (const auto& p : reference()["prompts"]) {
+        std::vector<int32_t> tokens = p["prompt_ids"].get<std::vector<int32_t>>();
+        const auto greedy = p["greedy_ids"].get<std::vector<int32_t>>();
+        tokens.insert(tokens.end(), greedy.begin(), greedy.end());
+        std::vector<float> ours, want;
+        for (auto [stack, logits] : {std::pair{&stack_, &ours}, std::pair{&scalar, &want}}) {
+            const int32_t seq = stack->engine->create_sequence();
+            const Engine::Work work{seq, tokens, LogitsWanted::All};
+            stack->engine->step({&work, 1}, *logits);
+            stack->engine->release_sequence(seq);
+        }
+        for (size_t pos = 0; pos < tokens.size(); ++pos) {
+            const float* a = ours.data() + pos * n_vocab;
+            const float* b = want.data() + pos * n_vocab;
+            worst_cosine = std::min(worst_cosine, cosine(a, b, n_vocab));
+            for (size_t i = 0; i < n_vocab; ++i) worst_diff = std::max(worst_diff, std::fabs(double(a[i]) - b[i]));
+        }
+    }
+    std::printf("%s vs scalar: cosine >= %.6f, largest logit difference %.4f\n", GetParam().c_str(), worst_cosine, worst_diff);
+    // The CPU backends run the reference's own definitions in the same summation order (blocks::dot_q8,
+    // cpu::dot_in_lanes), so any difference at all is a bug. A device backend is held to the llama.cpp bars.
+    if ((stack_.backend->info().flags & CELLM_BACKEND_HOST_MEMORY) != 0) {
+        EXPECT_EQ(worst_diff, 0.0);
+    }
 }
 
 TEST_P(Parity, GreedyGenerationsMatchLlamaCpp) {
