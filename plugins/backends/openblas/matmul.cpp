@@ -72,8 +72,9 @@ const float* round_columns(const cpu::Node& w, const cpu::Node& x, MatmulScratch
     return rounded;
 }
 
-// The BLAS path: Y^T (n x m) = X (n x k) W^T, one panel of weight rows per task.
-void matmul_blas(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
+}  // namespace
+
+void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const float* rounded = round_columns(w, x, s);
     s.panels.resize(static_cast<size_t>(pool.size()));
@@ -88,6 +89,8 @@ void matmul_blas(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
                     0.0f, y.f32() + r0, static_cast<blasint>(m));
     });
 }
+
+namespace {
 
 // Few columns of a weight type without a Q8 dot (floats, K-quants): expand each row once, meet every column.
 void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
@@ -109,7 +112,7 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
 
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch) {
     if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch);
-    else if (x.rows() >= blas_min_columns) matmul_blas(w, x, y, pool, scratch);
+    else if (x.rows() >= blas_min_columns) matmul_sgemm(w, x, y, pool, scratch);
     else matmul_rows(w, x, y, pool, scratch);
 }
 

@@ -27,4 +27,10 @@ struct MatmulScratch {
 
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch);
 
+// The SGEMM path for any weight type: Y^T (n x m) = X (n x k) W^T with X rounded by blocks::round_activations
+// and W expanded panel by panel. MATMUL uses it for types without a Q8 dot; for the block formats it is only
+// the yardstick bench/kernels_bench compares the integer tiles with (there it uses exact block sums, where
+// MATMUL defines Q4_1/Q5_1 with the fp16 sums ggml stores).
+void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch);
+
 }  // namespace cellm::openblas
