@@ -24,11 +24,7 @@ std::vector<float> random_floats(size_t n, unsigned seed, float scale = 1.0f) {
     return v;
 }
 
-std::vector<const Kernels*> runnable_tables() {
-    std::vector<const Kernels*> tables{&cellm::openblas::portable_kernels()};
-    if (&cellm::openblas::kernels() != tables[0]) tables.push_back(&cellm::openblas::kernels());
-    return tables;
-}
+const std::vector<const Kernels*>& runnable_tables() { return cellm::openblas::runnable_kernels(); }
 
 TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
     const int64_t k = 576;

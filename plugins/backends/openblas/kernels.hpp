@@ -7,6 +7,7 @@
 #include <cellm/tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace cellm::openblas {
 
@@ -27,7 +28,7 @@ using RowsDotQ8 = void (*)(const void* rows, uint64_t row_bytes, int64_t n_rows,
 using RowDequantize = void (*)(const void* row, float* out, int64_t n_blocks);
 
 struct Kernels {
-    const char* isa;  // "avx2", "portable"
+    const char* isa;  // "avx512-vnni", "avx2", "portable"
     // Indexed by Slot below; nullptr where this table has no specialised loop (callers use blocks::).
     RowsDotQ8 dot_q8[3];
     RowDequantize dequantize[3];
@@ -50,9 +51,14 @@ inline int slot(cellm_dtype type) {
 }
 
 const Kernels& portable_kernels();
-const Kernels* avx2_kernels();  // nullptr when not compiled in (non-x86 builds)
+// nullptr when not compiled in (non-x86 builds).
+const Kernels* avx2_kernels();
+const Kernels* avx512_kernels();
+
+// Every table this CPU can run, best first (tests check them all).
+const std::vector<const Kernels*>& runnable_kernels();
 
 // The best table this CPU can run.
-const Kernels& kernels();
+inline const Kernels& kernels() { return *runnable_kernels().front(); }
 
 }  // namespace cellm::openblas

@@ -33,19 +33,24 @@ const Kernels& portable_kernels() { return table; }
 
 #if !defined(__x86_64__)
 const Kernels* avx2_kernels() { return nullptr; }
+const Kernels* avx512_kernels() { return nullptr; }
 #endif
 
-const Kernels& kernels() {
-    static const Kernels& best = [] () -> const Kernels& {
+const std::vector<const Kernels*>& runnable_kernels() {
+    static const std::vector<const Kernels*> tables = [] {
+        std::vector<const Kernels*> found;
 #if defined(__x86_64__)
         __builtin_cpu_init();
-        if (avx2_kernels() != nullptr && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c"))
-            return *avx2_kernels();
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+            found.push_back(avx512_kernels());
+        if (avx2) found.push_back(avx2_kernels());
 #endif
-        return table;
+        found.push_back(&table);
+        return found;
     }();
-    return best;
+    return tables;
 }
 
 }  // namespace cellm::openblas

@@ -43,7 +43,9 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     int8_t* codes = sized(s.codes, n * k);
     float* scales = sized(s.scales, n * nb);
     float* sums = sized(s.sums, n * nb);
-    for (int64_t c = 0; c < n; ++c) blocks::quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb);
+    pool.run(n, [&](int64_t c, int) {
+        blocks::quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb);
+    });
     const Q8Columns columns{codes, scales, sums, nb};
 
     const int sl = slot(w.type);

@@ -1,0 +1,209 @@
+// The x86 kernel table, written once and compiled once per instruction set: kernels_avx2.cpp (AVX2 + FMA +
+// F16C, x86-64 since Haswell) and kernels_avx512.cpp (AVX-512 with VNNI, at 256-bit width for its 32 registers).
+// Include it only from those files: everything here has internal linkage, so no function compiled with wider
+// instructions can be shared with (and then run by) code meant for an older CPU.
+//
+// Quantized dot products follow ggml's scheme: a block's 32 weight codes and 32 activation codes multiply as
+// bytes (unsigned x signed, with the sign moved onto the activations for signed weights), the products sum in
+// groups of four into eight int32 lanes, and only then meet the block's two scales in float. `Products` says
+// how an instruction set forms those lanes; every choice gives the same integers.
+#pragma once
+
+#include "kernels.hpp"
+
+#include <immintrin.h>
+
+#include <cstring>
+
+namespace cellm::openblas::x86 {
+namespace {
+float half(const void* p) {
+    uint16_t h;
+    std::memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+float hsum(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+// 16 bytes of packed 4-bit codes as 32 bytes: element j (low nibble of byte j) in lane j, element j + 16 (high
+// nibble) in lane j + 16, GGUF's order.
+__m256i unpack_nibbles(const uint8_t* packed) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+}
+
+__m256i load_codes(const int8_t* codes) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)); }
+
+// Block layouts (GGUF): Q8_0 = fp16 d + 32 int8; Q4_0 = fp16 d + 16 bytes (code - 8); Q4_1 = fp16 d, fp16 m
+// + 16 bytes (d code + m). Each format gives its 32 codes as bytes, and whether they are unsigned.
+struct Q8_0 {
+    static constexpr int64_t bytes = 34;
+    static constexpr bool affine = false, is_unsigned = false;
+    static __m256i codes(const uint8_t* b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)); }
+};
+struct Q4_0 {
+    static constexpr int64_t bytes = 18;
+    static constexpr bool affine = false, is_unsigned = false;
+    static __m256i codes(const uint8_t* b) { return _mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)); }
+};
+struct Q4_1 {
+    static constexpr int64_t bytes = 20;
+    static constexpr bool affine = true, is_unsigned = true;
+    static __m256i codes(const uint8_t* b) { return unpack_nibbles(b + 4); }
+};
+
+// R rows against C columns at once: each weight block is decoded once for C columns and each activation block
+// loaded once for R rows, and the R*C independent accumulators hide the FMA latency. Every (row, column) pair
+// still accumulates in blocks::dot_q8's order, so tiling never changes a bit.
+template <class Products, class F, int R, int C>
+void tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y, int64_t y_stride) {
+    static_assert(C <= 4, "the affine mins keep one lane per column in a 4-lane register");
+    __m256 acc[R][C];
+    __m128 mins[R];  // lane c: the running sum of min * activation block sum of column c
+    for (int r = 0; r < R; ++r) {
+        mins[r] = _mm_setzero_ps();
+        for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+    }
+    for (int64_t i = 0; i < x.n_blocks; ++i) {
+        // Per column: the activation codes and scale of block i, loaded once for all R rows.
+        __m256i a[C];
+        __m256 ax[C];
+        for (int c = 0; c < C; ++c) {
+            a[c] = load_codes(x.codes + (c * x.n_blocks + i) * 32);
+            ax[c] = _mm256_broadcast_ss(x.scales + c * x.n_blocks + i);
+        }
+        // Built in registers: four scalar stores read back as a vector would stall on store forwarding.
+        auto sum_of = [&](int c) { return c < C ? x.sums[c * x.n_blocks + i] : 0.0f; };
+        const __m128 sums = F::affine ? _mm_setr_ps(sum_of(0), sum_of(1), sum_of(2), sum_of(3)) : _mm_setzero_ps();
+        for (int r = 0; r < R; ++r) {
+            const uint8_t* b = rows + r * row_bytes + i * F::bytes;
+            // The same block of the next tile's row: the rows of a task are one contiguous stream, and asking
+            // early keeps enough memory requests in flight to use the bandwidth.
+            _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
+            const __m256i w = F::codes(b);
+            const __m256 dw = _mm256_set1_ps(half(b));
+            if constexpr (F::affine) mins[r] = _mm_fmadd_ps(_mm_set1_ps(half(b + 2)), sums, mins[r]);
+            for (int c = 0; c < C; ++c) {
+                // Signed x signed: move the weight's sign onto the activations.
+                const __m256i lanes = F::is_unsigned ? Products::lanes(w, a[c])
+                                                     : Products::lanes(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a[c], w));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, ax[c]), _mm256_cvtepi32_ps(lanes), acc[r][c]);
+            }
+        }
+    }
+    for (int r = 0; r < R; ++r) {
+        float m[4];
+        _mm_storeu_ps(m, mins[r]);
+        for (int c = 0; c < C; ++c) y[c * y_stride + r] = hsum(acc[r][c]) + m[c];
+    }
+}
+
+// Tiles of R rows x C columns over the whole product, with smaller tiles for the remainders.
+template <class Products, class F, int R, int C>
+void rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Columns& x, int64_t n_cols, float* y,
+              int64_t y_stride) {
+    const auto* base = static_cast<const uint8_t*>(rows);
+    for (int64_t c = 0; c < n_cols;) {
+        const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks, x.n_blocks};
+        float* out = y + c * y_stride;
+        const int64_t left = n_cols - c;
+        int64_t r = 0;
+        if (left >= C) {
+            for (; r + R <= n_rows; r += R) tile<Products, F, R, C>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+            for (; r < n_rows; ++r) tile<Products, F, 1, C>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+            c += C;
+        } else {
+            for (; r + R <= n_rows; r += R) tile<Products, F, R, 1>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+            for (; r < n_rows; ++r) tile<Products, F, 1, 1>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+            c += 1;
+        }
+    }
+}
+
+// Eight codes of bytes as floats.
+__m256 widen(__m128i eight_bytes, bool is_signed) {
+    return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(eight_bytes) : _mm256_cvtepu8_epi32(eight_bytes));
+}
+
+void store_block(__m256i codes, bool is_signed, __m256 d, __m256 m, float* out) {
+    const __m128i lo = _mm256_castsi256_si128(codes), hi = _mm256_extracti128_si256(codes, 1);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int p = 0; p < 4; ++p) _mm256_storeu_ps(out + 8 * p, _mm256_add_ps(_mm256_mul_ps(widen(parts[p], is_signed), d), m));
+}
+
+void dequantize_q8_0(const void* row, float* out, int64_t n_blocks) {
+    const auto* b = static_cast<const uint8_t*>(row);
+    for (int64_t i = 0; i < n_blocks; ++i, b += Q8_0::bytes, out += 32)
+        store_block(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), true, _mm256_set1_ps(half(b)),
+                    _mm256_setzero_ps(), out);
+}
+
+void dequantize_q4_0(const void* row, float* out, int64_t n_blocks) {
+    const auto* b = static_cast<const uint8_t*>(row);
+    for (int64_t i = 0; i < n_blocks; ++i, b += Q4_0::bytes, out += 32)
+        store_block(_mm256_sub_epi8(unpack_nibbles(b + 2), _mm256_set1_epi8(8)), true, _mm256_set1_ps(half(b)),
+                    _mm256_setzero_ps(), out);
+}
+
+void dequantize_q4_1(const void* row, float* out, int64_t n_blocks) {
+    const auto* b = static_cast<const uint8_t*>(row);
+    for (int64_t i = 0; i < n_blocks; ++i, b += Q4_1::bytes, out += 32)
+        store_block(unpack_nibbles(b + 4), false, _mm256_set1_ps(half(b)), _mm256_set1_ps(half(b + 2)), out);
+}
+
+__m256 load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+float dot_f32(const float* a, const float* b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float sum = hsum(acc);
+    for (; i < n; ++i) sum += a[i] * b[i];
+    return sum;
+}
+
+float dot_f16(const float* a, const uint16_t* b, int64_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load_f16(b + i), acc);
+    float sum = hsum(acc);
+    for (; i < n; ++i) sum += a[i] * _cvtsh_ss(b[i]);
+    return sum;
+}
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+    for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, load_f16(x + i))));
+    for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
+}
+
+// The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns.
+template <class Products, int R, int C>
+constexpr Kernels table(const char* isa) {
+    return {
+        isa,
+        {rows_dot<Products, Q8_0, R, C>, rows_dot<Products, Q4_0, R, C>, rows_dot<Products, Q4_1, R, C>},
+        {dequantize_q8_0, dequantize_q4_0, dequantize_q4_1},
+        dot_f32,
+        dot_f16,
+        axpy_f32,
+        axpy_f16,
+    };
+}
+
+}  // namespace
+}  // namespace cellm::openblas::x86
