@@ -1,0 +1,870 @@
+// Every backend plugin in the plugin folder through its C ABI: every op against straightforward reference code,
+// plan reuse, threads, and bad input that must come back as an error status. Backends are found by their
+// descriptors, so a new one is tested here without changes.
+#include "blocks.h"
+#include "host_api.h"
+
+#include <cellm/backend.h>
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <initializer_list>
+#include <ostream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// ---- The backends in the plugin folder ----
+
+struct BackendPlugin {
+    std::string name;  // the descriptor's
+    const cellm_backend_iface* iface = nullptr;
+};
+
+void PrintTo(const BackendPlugin& plugin, std::ostream* os) { *os << plugin.name; }
+
+struct PluginFolder {
+    std::vector<BackendPlugin> backends;  // sorted by name
+    std::vector<std::string> failures;    // "file: why" for each cellm-*.so that did not load as a plugin
+};
+
+// Every cellm-*.so of CELLM_PLUGIN_DIR, loaded once and never unloaded (the tables point into the libraries).
+const PluginFolder& plugin_folder() {
+    static const PluginFolder folder = [] {
+        PluginFolder f;
+        std::error_code error;
+        for (const auto& entry : std::filesystem::directory_iterator(CELLM_PLUGIN_DIR, error)) {
+            const std::string file = entry.path().filename().string();
+            if (!file.starts_with("cellm-") || entry.path().extension() != ".so") continue;
+            void* lib = dlopen(entry.path().c_str(), RTLD_NOW | RTLD_LOCAL);
+            if (lib == nullptr) {
+                f.failures.push_back(file + ": " + dlerror());
+                continue;
+            }
+            auto entry_fn = reinterpret_cast<cellm_plugin_entry_fn>(dlsym(lib, CELLM_PLUGIN_ENTRY_SYMBOL));
+            const cellm_plugin_desc* desc =
+                entry_fn != nullptr ? entry_fn(cellm::host_api(), CELLM_ABI_MAJOR, CELLM_ABI_MINOR) : nullptr;
+            if (desc == nullptr) f.failures.push_back(file + ": no plugin descriptor for this ABI");
+            else if (desc->kind == CELLM_PLUGIN_BACKEND)
+                f.backends.push_back({desc->name, static_cast<const cellm_backend_iface*>(desc->iface)});
+        }
+        if (error) f.failures.push_back(std::string(CELLM_PLUGIN_DIR) + ": " + error.message());
+        std::sort(f.backends.begin(), f.backends.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+        return f;
+    }();
+    return folder;
+}
+
+const BackendPlugin* find_backend(std::string_view name) {
+    for (const BackendPlugin& b : plugin_folder().backends)
+        if (b.name == name) return &b;
+    return nullptr;
+}
+
+TEST(BackendPlugins, EveryPluginLoadsAndEveryBuiltBackendIsTested) {
+    for (const std::string& failure : plugin_folder().failures) ADD_FAILURE() << failure;
+    std::stringstream built(CELLM_BUILT_BACKENDS);
+    for (std::string name; std::getline(built, name, ',');)
+        EXPECT_NE(find_backend(name), nullptr) << "backend '" << name << "' was built but is not in " CELLM_PLUGIN_DIR;
+}
+
+// ---- What the known backends say about themselves ----
+
+// Expectations that differ between backends; a backend missing here only has to answer something.
+struct KnownBackend {
+    std::string_view name;
+    std::string_view device_name;
+    const char* describe;  // regular expression its one describe line matches
+    uint32_t flags;
+    int fixed_threads;     // the thread count it reports whatever it is asked; 0: the count it is asked for
+};
+
+constexpr KnownBackend known_backends[] = {
+    {"scalar", "cpu (scalar reference)", "cpu: portable scalar reference", CELLM_BACKEND_HOST_MEMORY, 1},
+    {"openblas", "cpu (openblas)", R"(cpu: \d+ physical cores, kernels \S+, OpenBLAS .+)", CELLM_BACKEND_HOST_MEMORY, 0},
+};
+
+const KnownBackend* known_backend(std::string_view name) {
+    for (const KnownBackend& k : known_backends)
+        if (k.name == name) return &k;
+    return nullptr;
+}
+
+// Threads get_info should report for an instance created with threads = `asked`: CPU backends compute with
+// what they are asked for unless they are fixed, other backends report 0 (backend.h).
+int expected_threads(std::string_view name, uint32_t flags, int asked) {
+    const KnownBackend* known = known_backend(name);
+    if (known != nullptr && known->fixed_threads > 0) return known->fixed_threads;
+    return (flags & CELLM_BACKEND_HOST_MEMORY) != 0 ? asked : 0;
+}
+
+// ---- One backend instance and a graph for it ----
+
+// Message of a status (empty for success), freeing it.
+std::string message(cellm_status* s) {
+    if (s == nullptr) return "";
+    std::string m = cellm::host_api()->status_message(s);
+    cellm::host_api()->status_free(s);
+    return m.empty() ? "(empty message)" : m;
+}
+
+std::vector<float> random_floats(size_t n, unsigned seed, float scale = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-scale, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = u(rng);
+    return v;
+}
+
+using Shape = std::initializer_list<int64_t>;
+using Bindings = std::vector<std::pair<int32_t, std::vector<int32_t>>>;
+
+// A weight matrix of k x m elements stored as `type`, and its stored values expanded to floats.
+struct Weights {
+    cellm_dtype type;
+    int64_t k, m;                 // row length, rows
+    std::vector<uint8_t> stored;  // in the type's layout
+    std::vector<float> values;    // what `stored` means
+};
+
+Weights make_weights(cellm_dtype type, int64_t k, int64_t m, unsigned seed) {
+    Weights w{type, k, m, std::vector<uint8_t>(cellm::blocks::row_bytes(type, k) * static_cast<uint64_t>(m)),
+              std::vector<float>(static_cast<size_t>(k * m))};
+    cellm::blocks::quantize_row(type, random_floats(w.values.size(), seed).data(), w.stored.data(), k * m);
+    cellm::blocks::dequantize_row(type, w.stored.data(), w.values.data(), k * m);
+    return w;
+}
+
+// A backend instance, the graph being built for it, the buffers of its leaves, its plan and the last results.
+struct Instance {
+    Instance() = default;
+    Instance(const Instance&) = delete;
+    Instance& operator=(const Instance&) = delete;
+    ~Instance() {
+        if (backend == nullptr) return;
+        if (plan != nullptr) be->plan_free(backend, plan);
+        for (cellm_buffer* b : buffers) be->buffer_free(backend, b);
+        be->destroy(backend);
+    }
+
+    // Creates an instance of `iface`, with a "threads" option when threads > 0; "" or the error.
+    std::string open(const cellm_backend_iface* iface, int threads = 0) {
+        be = iface;
+        const std::string value = std::to_string(threads);
+        const cellm_option option{"threads", value.c_str()};
+        return message(be->create(threads > 0 ? &option : nullptr, threads > 0 ? 1 : 0, &backend));
+    }
+
+    cellm_backend_info info() const {
+        cellm_backend_info i{};
+        i.struct_size = sizeof i;
+        EXPECT_EQ(message(be->get_info(backend, &i)), "");
+        return i;
+    }
+
+    // Starts a new graph; the buffers stay until the instance goes.
+    void clear_graph() {
+        if (plan != nullptr) be->plan_free(backend, plan);
+        plan = nullptr;
+        nodes.clear();
+    }
+
+    int32_t add(cellm_op op, cellm_dtype type, Shape ne, std::initializer_list<int32_t> src = {},
+                std::initializer_list<int32_t> ip = {}, std::initializer_list<float> fp = {}) {
+        cellm_node n{};
+        n.op = op;
+        n.type = type;
+        size_t d = 0;
+        for (int64_t v : ne) n.ne[d++] = v;
+        for (; d < 4; ++d) n.ne[d] = 1;
+        std::fill(std::begin(n.src), std::end(n.src), -1);
+        std::copy(src.begin(), src.end(), n.src);
+        std::copy(ip.begin(), ip.end(), n.iparams);
+        std::copy(fp.begin(), fp.end(), n.fparams);
+        nodes.push_back(n);
+        return static_cast<int32_t>(nodes.size() - 1);
+    }
+    int32_t input(cellm_input_kind kind, Shape ne) { return add(CELLM_OP_INPUT, CELLM_TYPE_I32, ne, {}, {kind}); }
+
+    // A leaf whose data (already in `type`'s layout) is uploaded into a fresh buffer.
+    int32_t leaf(cellm_op op, cellm_dtype type, int64_t ne0, int64_t ne1, const void* data) {
+        const uint64_t bytes = cellm::blocks::row_bytes(type, ne0) * static_cast<uint64_t>(ne1);
+        cellm_buffer* buf = nullptr;
+        EXPECT_EQ(message(be->buffer_alloc(backend, bytes, CELLM_BUFFER_WEIGHTS, &buf)), "");
+        buffers.push_back(buf);
+        if (data != nullptr) {
+            EXPECT_EQ(message(be->buffer_write(backend, buf, 0, data, bytes)), "");
+        }
+        const int32_t i = add(op, type, {ne0, ne1});
+        cellm_tensor_desc& t = nodes[static_cast<size_t>(i)].tensor;
+        t.struct_size = sizeof t;
+        t.type = type;
+        t.n_dims = 2;
+        t.ne[0] = ne0;
+        t.ne[1] = ne1;
+        t.ne[2] = t.ne[3] = 1;
+        t.nb[0] = cellm_dtype_type_size(type);
+        t.nb[1] = static_cast<int64_t>(cellm::blocks::row_bytes(type, ne0));
+        t.buffer = buf;
+        return i;
+    }
+    int32_t f32_weight(const std::vector<float>& v, int64_t ne0, int64_t ne1) {
+        return leaf(CELLM_OP_WEIGHT, CELLM_TYPE_F32, ne0, ne1, v.data());
+    }
+    int32_t weight(const Weights& w) { return leaf(CELLM_OP_WEIGHT, w.type, w.k, w.m, w.stored.data()); }
+
+    // Prepares the graph built so far (replacing an earlier plan); "" or the error.
+    std::string prepare(std::vector<int32_t> outputs) {
+        if (plan != nullptr) be->plan_free(backend, plan);
+        plan = nullptr;
+        out_nodes = std::move(outputs);
+        cellm_graph g{};
+        g.struct_size = sizeof g;
+        g.node_size = sizeof(cellm_node);
+        g.n_nodes = static_cast<int32_t>(nodes.size());
+        g.nodes = nodes.data();
+        g.n_outputs = static_cast<int32_t>(out_nodes.size());
+        g.outputs = out_nodes.data();
+        return message(be->graph_prepare(backend, &g, &plan));
+    }
+
+    // Execute arguments over caller-owned binding arrays (kept in `args_` so a pointer to them can be passed).
+    const cellm_execute_args& args_for(const cellm_input_binding* in, size_t n_in, const cellm_output_binding* out,
+                                       size_t n_out) {
+        args_ = {sizeof(cellm_execute_args), in, n_in, sizeof(cellm_input_binding), out, n_out, sizeof(cellm_output_binding)};
+        return args_;
+    }
+    cellm_execute_args args_{};
+
+    uint64_t bytes_of(int32_t node) const {
+        const cellm_node& n = nodes[static_cast<size_t>(node)];
+        return static_cast<uint64_t>(cellm_node_nelements(&n)) * 4;
+    }
+
+    // Executes with I32 inputs; fills `results` (one vector per prepared output).
+    std::string execute(const Bindings& in) {
+        std::vector<cellm_input_binding> ib;
+        for (const auto& [node, data] : in) ib.push_back({node, data.data(), data.size() * 4});
+        results.assign(out_nodes.size(), {});
+        std::vector<cellm_output_binding> ob;
+        for (size_t k = 0; k < out_nodes.size(); ++k) {
+            results[k].resize(bytes_of(out_nodes[k]) / 4);
+            ob.push_back({out_nodes[k], results[k].data(), bytes_of(out_nodes[k])});
+        }
+        return message(be->graph_execute(backend, plan, &args_for(ib.data(), ib.size(), ob.data(), ob.size())));
+    }
+
+    const cellm_backend_iface* be = nullptr;
+    cellm_backend* backend = nullptr;
+    cellm_plan* plan = nullptr;
+    std::vector<cellm_buffer*> buffers;
+    std::vector<cellm_node> nodes;
+    std::vector<int32_t> out_nodes;
+    std::vector<std::vector<float>> results;
+};
+
+void expect_near_all(const std::vector<float>& got, const std::vector<float>& want, float tol, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], tol * (1.0f + std::fabs(want[i]))) << what << " element " << i;
+}
+
+void expect_identical(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+            << what << " element " << i << ": " << got[i] << " vs " << want[i];
+}
+
+// ---- MATMUL's definition ----
+
+constexpr cellm_dtype every_weight_type[] = {CELLM_TYPE_F32,  CELLM_TYPE_F16,  CELLM_TYPE_BF16, CELLM_TYPE_Q8_0,
+                                             CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0, CELLM_TYPE_Q5_1,
+                                             CELLM_TYPE_Q4_K, CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K};
+
+// MATMUL (w: k x m, x: k x n columns) written out: the activations rounded as the weight type's dot product sees
+// them (ggml's Q8 blocks: codes x*127/amax, fp16 scale); Q4_1/Q5_1 add each block's min times the Q8_1 block sum
+// stored as fp16 rather than the exact sum of the rounded values. Sums in double.
+std::vector<float> matmul_reference(const Weights& w, const std::vector<float>& x, int64_t n) {
+    const cellm_dtype type = w.type;
+    const int64_t k = w.k, m = w.m;
+    const bool affine = type == CELLM_TYPE_Q4_1 || type == CELLM_TYPE_Q5_1;
+    const bool q8_blocks = affine || type == CELLM_TYPE_Q4_0 || type == CELLM_TYPE_Q5_0 || type == CELLM_TYPE_Q8_0;
+    std::vector<float> want(m * n);
+    for (int64_t c = 0; c < n; ++c) {
+        std::vector<float> xr(x.begin() + c * k, x.begin() + (c + 1) * k), block_sums(k / 32, 0.0f);
+        if (q8_blocks) {
+            for (int64_t b = 0; b < k / 32; ++b) {
+                float amax = 0;
+                for (int64_t j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xr[b * 32 + j]));
+                const float d = amax / 127.0f, d16 = cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(d));
+                int codes = 0;
+                for (int64_t j = 0; j < 32; ++j) {
+                    const float q = std::nearbyint(xr[b * 32 + j] * (127.0f / amax));
+                    codes += int(q);
+                    xr[b * 32 + j] = q * d16;
+                }
+                block_sums[b] = cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(d * float(codes))) - d16 * float(codes);
+            }
+        } else {
+            cellm::blocks::round_activations(type, xr.data(), xr.data(), k);
+        }
+        for (int64_t r = 0; r < m; ++r) {
+            double s = 0;
+            for (int64_t i = 0; i < k; ++i) s += double(w.values[r * k + i]) * xr[i];
+            if (affine) {
+                const uint8_t* row = w.stored.data() + r * cellm::blocks::row_bytes(type, k);
+                const uint64_t block_bytes = cellm::blocks::row_bytes(type, 32);
+                for (int64_t b = 0; b < k / 32; ++b) {
+                    uint16_t min_bits;
+                    std::memcpy(&min_bits, row + b * block_bytes + 2, 2);
+                    s += double(cellm::blocks::fp16_to_fp32(min_bits)) * block_sums[b];
+                }
+            }
+            want[c * m + r] = float(s);
+        }
+    }
+    return want;
+}
+
+// One MATMUL of fresh weights and activations, both determined by `seed`.
+struct MatmulCase {
+    cellm_dtype type;
+    int64_t k, m, n;
+    unsigned seed;
+
+    Weights weights() const { return make_weights(type, k, m, seed); }
+    std::vector<float> x() const { return random_floats(static_cast<size_t>(k * n), seed + 1); }
+    std::string label() const {
+        return "type " + std::to_string(type) + ", k " + std::to_string(k) + ", m " + std::to_string(m) + ", n " + std::to_string(n);
+    }
+    int32_t add_to(Instance& g) const {
+        const int32_t w = g.weight(weights());
+        const int32_t xn = g.f32_weight(x(), k, n);
+        return g.add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {m, n}, {w, xn});
+    }
+};
+
+// ---- A decoder step over a paged KV cache ----
+
+// Token embeddings (GET_ROWS), Q/K/V projections, RoPE, KV_STORE into an F32 K pool and an F16 V pool, causal
+// ATTENTION with GQA, an output projection and F16 logits: 48 tokens of two sequences, so that a threaded backend
+// spreads every op. Its inputs are the runtime data a serving step varies.
+struct Step {
+    static constexpr int64_t d_model = 256, n_head = 8, n_kv_head = 2, head_dim = 32, kv_dim = n_kv_head * head_dim,
+                             vocab = 40, n_tokens = 48;
+    static constexpr int32_t block_size = 16, n_blocks = 8, max_blocks = 2, n_slots = n_blocks * block_size;
+
+    struct Inputs {
+        std::vector<int32_t> tokens, positions, seqs, slots, table;
+    };
+
+    int32_t tokens, positions, seqs, slots, table;  // INPUT nodes
+    int32_t attention, projected, logits;           // outputs
+
+    std::vector<int32_t> outputs() const { return {attention, projected, logits}; }
+    Bindings bindings(const Inputs& in) const {
+        return {{tokens, in.tokens}, {positions, in.positions}, {seqs, in.seqs}, {slots, in.slots}, {table, in.table}};
+    }
+
+    // Sequence 0 at positions 0..29, sequence 1 at 5..22 (its 0..4 are in the cache already). Each round has
+    // its own tokens and shifts the block table, so later rounds read K/V rows that earlier rounds stored.
+    static Inputs inputs(unsigned round) {
+        Inputs in;
+        for (int32_t base : {3, 6, 1, 4}) in.table.push_back((base + static_cast<int32_t>(round)) % n_blocks);
+        std::mt19937 rng(round);
+        std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+        auto add_token = [&](int32_t seq, int32_t pos) {
+            in.tokens.push_back(token(rng));
+            in.seqs.push_back(seq);
+            in.positions.push_back(pos);
+            in.slots.push_back(in.table[static_cast<size_t>(seq * max_blocks + pos / block_size)] * block_size + pos % block_size);
+        };
+        for (int32_t pos = 0; pos < 30; ++pos) add_token(0, pos);
+        for (int32_t pos = 5; pos < 23; ++pos) add_token(1, pos);
+        return in;
+    }
+
+    static Step build(Instance& g) {
+        Step s{};
+        s.tokens = g.input(CELLM_INPUT_TOKENS, {n_tokens});
+        s.positions = g.input(CELLM_INPUT_POSITIONS, {n_tokens});
+        s.seqs = g.input(CELLM_INPUT_TOKEN_SEQ, {n_tokens});
+        s.slots = g.input(CELLM_INPUT_SLOTS, {n_tokens});
+        s.table = g.input(CELLM_INPUT_BLOCK_TABLE, {max_blocks, 2});
+        auto project = [&](cellm_dtype type, int64_t rows, unsigned seed, int32_t from) {
+            const int32_t w = g.weight(make_weights(type, d_model, rows, seed));
+            return g.add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {rows, n_tokens}, {w, from});
+        };
+        auto rope = [&](int32_t from, int64_t heads) {
+            const int32_t shaped = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {head_dim, heads, n_tokens}, {from});
+            return g.add(CELLM_OP_ROPE, CELLM_TYPE_F32, {head_dim, heads, n_tokens}, {shaped, s.positions},
+                         {static_cast<int32_t>(head_dim), CELLM_ROPE_HALVES}, {10000.0f, 1.0f});
+        };
+        const int32_t embed = g.weight(make_weights(CELLM_TYPE_Q6_K, d_model, vocab, 30));
+        const int32_t x = g.add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {d_model, n_tokens}, {embed, s.tokens});
+        const int32_t q = rope(project(CELLM_TYPE_Q4_0, d_model, 31, x), n_head);
+        const int32_t k = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {kv_dim, n_tokens},
+                                {rope(project(CELLM_TYPE_Q8_0, kv_dim, 32, x), n_kv_head)});
+        const int32_t v = project(CELLM_TYPE_Q5_1, kv_dim, 33, x);
+
+        const std::vector<float> k_pool = random_floats(static_cast<size_t>(kv_dim * n_slots), 34, 2.0f);
+        const std::vector<float> v_values = random_floats(static_cast<size_t>(kv_dim * n_slots), 35);
+        std::vector<uint16_t> v_pool(v_values.size());
+        std::transform(v_values.begin(), v_values.end(), v_pool.begin(), cellm::blocks::fp32_to_fp16);
+        const int32_t kc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim, n_slots, k_pool.data());
+        const int32_t vc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, kv_dim, n_slots, v_pool.data());
+        const int32_t ks = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_F32, {kv_dim, n_slots}, {kc, k, s.slots});
+        const int32_t vs = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_F16, {kv_dim, n_slots}, {vc, v, s.slots});
+        s.attention = g.add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {d_model, n_tokens}, {q, ks, vs, s.table, s.seqs, s.positions},
+                            {n_head, n_kv_head, head_dim, block_size, 0}, {1.0f / std::sqrt(float(head_dim)), 0.0f});
+        g.nodes[static_cast<size_t>(s.attention)].name = "blk.0.attn";
+        s.projected = project(CELLM_TYPE_Q4_1, d_model, 36, s.attention);
+        s.logits = project(CELLM_TYPE_F16, vocab, 37, s.projected);
+        return s;
+    }
+};
+
+// ---- The tests, once per backend ----
+
+// The backend under test, created with two threads so that a backend with a thread pool splits its work
+// whatever the machine's core count.
+class BackendOps : public ::testing::TestWithParam<BackendPlugin>, protected Instance {
+protected:
+    void SetUp() override { ASSERT_EQ(open(GetParam().iface, 2), ""); }
+
+    // The scalar plugin, the yardstick other backends are compared with side by side.
+    static const cellm_backend_iface* scalar_iface() {
+        const BackendPlugin* scalar = find_backend("scalar");
+        return scalar != nullptr ? scalar->iface : nullptr;
+    }
+    bool host_memory() const { return (info().flags & CELLM_BACKEND_HOST_MEMORY) != 0; }
+};
+
+std::string test_name(const ::testing::TestParamInfo<BackendPlugin>& info) {
+    std::string name = info.param.name;
+    for (char& c : name)
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryBackend, BackendOps, ::testing::ValuesIn(plugin_folder().backends), test_name);
+
+TEST_P(BackendOps, OptionsInfoAndCapabilities) {
+    const KnownBackend* known = known_backend(GetParam().name);
+    cellm_backend* other = nullptr;
+    const cellm_option zero{"threads", "0"};
+    EXPECT_NE(message(be->create(&zero, 1, &other)).find("threads"), std::string::npos);
+    const cellm_option typo{"thread", "2"};
+    EXPECT_NE(message(be->create(&typo, 1, &other)).find("'thread'"), std::string::npos);
+
+    Instance plain;  // no options: the backend's default thread count
+    ASSERT_EQ(plain.open(be), "");
+    const cellm_backend_info info = plain.info();
+    ASSERT_NE(info.device_name, nullptr);
+    EXPECT_NE(std::string(info.device_name), "");
+    std::vector<std::string> lines;
+    if (be->describe != nullptr)
+        be->describe([](void* user, const char* l) { static_cast<std::vector<std::string>*>(user)->push_back(l); }, &lines);
+    for (const std::string& line : lines) EXPECT_NE(line, "");
+    if (known != nullptr) {
+        EXPECT_EQ(info.device_name, known->device_name);
+        EXPECT_EQ(info.flags, known->flags);
+        ASSERT_EQ(lines.size(), 1u);
+        EXPECT_TRUE(std::regex_match(lines[0], std::regex(known->describe))) << lines[0];
+    }
+    if (known != nullptr && known->fixed_threads > 0) {
+        EXPECT_EQ(info.threads, known->fixed_threads);
+    } else if ((info.flags & CELLM_BACKEND_HOST_MEMORY) != 0) {
+        EXPECT_GE(info.threads, 1);  // a CPU backend's own choice, e.g. its physical cores
+    }
+
+    EXPECT_TRUE(be->supports_type(backend, CELLM_TYPE_Q4_1));
+    EXPECT_FALSE(be->supports_type(backend, CELLM_TYPE_Q2_K));
+    EXPECT_TRUE(be->supports_op(backend, CELLM_OP_KV_STORE, CELLM_TYPE_F16));
+    EXPECT_TRUE(be->supports_op(backend, CELLM_OP_ATTENTION, CELLM_TYPE_F32));
+}
+
+TEST_P(BackendOps, MatmulAndGetRowsForEveryWeightType) {
+    const int64_t k = 256, m = 3, n = 2;
+    const std::vector<float> x = random_floats(k * n, 1);
+    for (cellm_dtype type : every_weight_type) {
+        SCOPED_TRACE("type " + std::to_string(type));
+        clear_graph();
+        const Weights w = make_weights(type, k, m, 2);
+        const int32_t wn = weight(w);
+        const int32_t xn = f32_weight(x, k, n);
+        const int32_t mm = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {m, n}, {wn, xn});
+        const int32_t ids = input(CELLM_INPUT_TOKENS, {2});
+        const int32_t rows = add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {k, 2}, {wn, ids});
+        ASSERT_EQ(prepare({mm, rows}), "");
+        ASSERT_EQ(execute({{ids, {2, 0}}}), "");
+
+        expect_near_all(results[0], matmul_reference(w, x, n), 1e-5f, "matmul");
+        std::vector<float> picked(w.values.begin() + 2 * k, w.values.end());
+        picked.insert(picked.end(), w.values.begin(), w.values.begin() + k);
+        EXPECT_EQ(results[1], picked);
+
+        EXPECT_NE(execute({{ids, {3, 0}}}).find("row id 3"), std::string::npos);
+        EXPECT_NE(execute({{ids, {0, -1}}}).find("row id -1"), std::string::npos);
+    }
+}
+
+// Column counts around where fast backends change method (one column, a few, eight, a remainder past 32) and
+// m = 37 rows, so that row tiles end in remainders too. The block formats with a Q8 dot are integer sums that
+// CPU backends compute exactly as the scalar reference does, at any column count (matmul.hpp of openblas).
+TEST_P(BackendOps, MatmulWithManyColumns) {
+    const bool cpu = host_memory();
+    Instance scalar;
+    ASSERT_NE(scalar_iface(), nullptr);
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    unsigned seed = 100;
+    for (int64_t k : {256, 512}) {
+        std::vector<MatmulCase> cases;
+        for (cellm_dtype type : every_weight_type)
+            for (int64_t n : {1, 3, 8, 33}) cases.push_back({type, k, 37, n, seed += 2});
+        clear_graph();
+        scalar.clear_graph();
+        std::vector<int32_t> outputs;
+        for (const MatmulCase& c : cases) {
+            outputs.push_back(c.add_to(*this));
+            c.add_to(scalar);
+        }
+        ASSERT_EQ(prepare(outputs), "");
+        ASSERT_EQ(execute({}), "");
+        ASSERT_EQ(scalar.prepare(outputs), "");
+        ASSERT_EQ(scalar.execute({}), "");
+        for (size_t i = 0; i < cases.size(); ++i) {
+            SCOPED_TRACE(cases[i].label());
+            expect_near_all(results[i], matmul_reference(cases[i].weights(), cases[i].x(), cases[i].n), 1e-5f, "matmul");
+            if (cpu && cellm::blocks::has_q8_dot(cases[i].type)) expect_identical(results[i], scalar.results[i], "vs scalar");
+        }
+    }
+}
+
+TEST_P(BackendOps, ElementwiseOpsAndPlanReuse) {
+    const int64_t n0 = 8, n1 = 3;
+    const std::vector<float> a = random_floats(n0 * n1, 3, 2.0f), b = random_floats(n0, 4), c = random_floats(n1, 5);
+    const int32_t an = f32_weight(a, n0, n1), bn = f32_weight(b, n0, 1), cn = f32_weight(c, 1, n1);
+    const int32_t ids = input(CELLM_INPUT_TOKENS, {n1});
+    const int32_t x = add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {n0, n1}, {an, ids});  // a permuted by the input
+    const int32_t add_row = add(CELLM_OP_ADD, CELLM_TYPE_F32, {n0, n1}, {x, bn});
+    const int32_t mul_col = add(CELLM_OP_MUL, CELLM_TYPE_F32, {n0, n1}, {add_row, cn});
+    const int32_t scaled = add(CELLM_OP_SCALE, CELLM_TYPE_F32, {n0, n1}, {mul_col}, {}, {0.5f});
+    const int32_t norm = add(CELLM_OP_RMS_NORM, CELLM_TYPE_F32, {n0, n1}, {scaled, bn}, {}, {1e-5f});
+    const int32_t silu = add(CELLM_OP_SILU, CELLM_TYPE_F32, {n0, n1}, {norm});
+    const int32_t gelu = add(CELLM_OP_GELU, CELLM_TYPE_F32, {n0, n1}, {norm});
+    const int32_t th = add(CELLM_OP_TANH, CELLM_TYPE_F32, {n0, n1}, {gelu});
+    const int32_t swiglu = add(CELLM_OP_GLU, CELLM_TYPE_F32, {n0, n1}, {x, th}, {0});
+    const int32_t geglu = add(CELLM_OP_GLU, CELLM_TYPE_F32, {n0, n1}, {silu, x}, {1});
+    const int32_t flat = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {n0 * n1}, {geglu});
+    ASSERT_EQ(prepare({swiglu, flat, norm}), "");
+
+    auto sl = [](float v) { return v / (1.0f + std::exp(-v)); };
+    auto gl = [](float v) { return 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); };
+    for (const std::vector<int32_t>& perm : {std::vector<int32_t>{0, 1, 2}, std::vector<int32_t>{2, 0, 1}}) {
+        ASSERT_EQ(execute({{ids, perm}}), "");
+        std::vector<float> want_norm(n0 * n1), want_swiglu(n0 * n1), want_geglu(n0 * n1);
+        for (int64_t r = 0; r < n1; ++r) {
+            std::vector<float> s(n0);
+            double ss = 0;
+            for (int64_t i = 0; i < n0; ++i) {
+                s[i] = (a[perm[r] * n0 + i] + b[i]) * c[r] * 0.5f;
+                ss += double(s[i]) * s[i];
+            }
+            const float inv = 1.0f / std::sqrt(float(ss / n0) + 1e-5f);
+            for (int64_t i = 0; i < n0; ++i) {
+                const float xv = a[perm[r] * n0 + i], nv = s[i] * inv * b[i];
+                want_norm[r * n0 + i] = nv;
+                want_swiglu[r * n0 + i] = sl(xv) * std::tanh(gl(nv));
+                want_geglu[r * n0 + i] = gl(sl(nv)) * xv;
+            }
+        }
+        expect_near_all(results[2], want_norm, 1e-5f, "rms_norm");
+        expect_near_all(results[0], want_swiglu, 1e-5f, "swiglu");
+        expect_near_all(results[1], want_geglu, 1e-5f, "geglu");
+    }
+}
+
+TEST_P(BackendOps, RopeBothModes) {
+    const int64_t hd = 8, nh = 2, nt = 3, n_rot = 6;
+    const std::vector<float> q = random_floats(hd * nh * nt, 6), factors{1.0f, 2.0f, 4.0f};
+    const int32_t qn = f32_weight(q, hd * nh, nt);
+    const int32_t qr = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, nh, nt}, {qn});
+    const int32_t pos = input(CELLM_INPUT_POSITIONS, {nt});
+    const int32_t fn = f32_weight(factors, 3, 1);
+    const int32_t adj = add(CELLM_OP_ROPE, CELLM_TYPE_F32, {hd, nh, nt}, {qr, pos}, {n_rot, CELLM_ROPE_ADJACENT},
+                            {10000.0f, 0.5f});
+    const int32_t hal = add(CELLM_OP_ROPE, CELLM_TYPE_F32, {hd, nh, nt}, {qr, pos, fn}, {n_rot, CELLM_ROPE_HALVES},
+                            {500.0f, 1.0f});
+    ASSERT_EQ(prepare({adj, hal}), "");
+    const std::vector<int32_t> positions{0, 5, 17};
+    ASSERT_EQ(execute({{pos, positions}}), "");
+    for (int mode = 0; mode < 2; ++mode) {
+        std::vector<float> want = q;
+        for (int64_t t = 0; t < nt; ++t)
+            for (int64_t h = 0; h < nh; ++h)
+                for (int64_t i = 0; i < n_rot / 2; ++i) {
+                    const double theta = mode == 0 ? positions[t] * 0.5 * std::pow(10000.0, -2.0 * double(i) / double(n_rot))
+                                                   : positions[t] * std::pow(500.0, -2.0 * double(i) / double(n_rot)) / factors[i];
+                    const int64_t base = (t * nh + h) * hd;
+                    const int64_t ia = base + (mode == 0 ? 2 * i : i), ib = base + (mode == 0 ? 2 * i + 1 : i + n_rot / 2);
+                    want[ia] = float(q[ia] * std::cos(theta) - q[ib] * std::sin(theta));
+                    want[ib] = float(q[ia] * std::sin(theta) + q[ib] * std::cos(theta));
+                }
+        expect_near_all(results[mode], want, 1e-5f, mode == 0 ? "adjacent" : "halves");
+    }
+}
+
+// Two sequences through shuffled page tables, GQA (4 query heads over 2 KV heads), a window and a soft-cap,
+// with an F16 K pool and an F32 V pool filled partly by an earlier step and partly by this one.
+TEST_P(BackendOps, PagedAttention) {
+    const int32_t n_head = 4, n_kv = 2, hd = 4, bs = 2, window = 3, n_slots = 16, max_blocks = 3;
+    const int32_t kv_dim = n_kv * hd;
+    const float scale = 0.5f, cap = 2.0f;
+    // Sequence 0: positions 0..4 (blocks 5, 1, 6); sequence 1: positions 0..2 (blocks 3, 0).
+    const std::vector<int32_t> table{5, 1, 6, 3, 0, -1};
+    auto slot_of = [&](int r, int j) { return table[r * max_blocks + j / bs] * bs + j % bs; };
+    const std::vector<float> k_all = random_floats(size_t(n_slots) * kv_dim, 7, 2.0f), v_all = random_floats(size_t(n_slots) * kv_dim, 8);
+    std::vector<uint16_t> k_half(k_all.size());
+    for (size_t i = 0; i < k_all.size(); ++i) k_half[i] = cellm::blocks::fp32_to_fp16(k_all[i]);
+    const int32_t kc = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, kv_dim, n_slots, k_half.data());
+    const int32_t vc = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim, n_slots, v_all.data());
+
+    // This step: sequence 0 at position 4, sequence 1 at positions 1 and 2.
+    const int nt = 3;
+    const std::vector<int32_t> seq{0, 1, 1}, pos{4, 1, 2};
+    std::vector<int32_t> slots(nt);
+    for (int t = 0; t < nt; ++t) slots[t] = slot_of(seq[t], pos[t]);
+    const std::vector<float> k_new = random_floats(size_t(nt) * kv_dim, 9), v_new = random_floats(size_t(nt) * kv_dim, 10);
+    const std::vector<float> q = random_floats(size_t(nt) * n_head * hd, 11, 2.0f);
+    const int32_t kn = f32_weight(k_new, kv_dim, nt), vn = f32_weight(v_new, kv_dim, nt), qn = f32_weight(q, hd * n_head, nt);
+    const int32_t qr = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, n_head, nt}, {qn});
+    const int32_t tb = input(CELLM_INPUT_BLOCK_TABLE, {max_blocks, 2});
+    const int32_t sq = input(CELLM_INPUT_TOKEN_SEQ, {nt});
+    const int32_t ps = input(CELLM_INPUT_POSITIONS, {nt});
+    const int32_t sl = input(CELLM_INPUT_SLOTS, {nt});
+    const int32_t ks = add(CELLM_OP_KV_STORE, CELLM_TYPE_F16, {kv_dim, n_slots}, {kc, kn, sl});
+    const int32_t vs = add(CELLM_OP_KV_STORE, CELLM_TYPE_F32, {kv_dim, n_slots}, {vc, vn, sl});
+    const int32_t at = add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {hd * n_head, nt}, {qr, ks, vs, tb, sq, ps},
+                           {n_head, n_kv, hd, bs, window}, {scale, cap});
+    ASSERT_EQ(prepare({at}), "");
+    ASSERT_EQ(execute({{tb, table}, {sq, seq}, {ps, pos}, {sl, slots}}), "");
+
+    std::vector<float> k_ref(k_all.size()), v_ref = v_all;
+    for (size_t i = 0; i < k_all.size(); ++i) k_ref[i] = cellm::blocks::fp16_to_fp32(k_half[i]);
+    for (int t = 0; t < nt; ++t)
+        for (int d = 0; d < kv_dim; ++d) {
+            k_ref[size_t(slots[t]) * kv_dim + d] = cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(k_new[t * kv_dim + d]));
+            v_ref[size_t(slots[t]) * kv_dim + d] = v_new[t * kv_dim + d];
+        }
+    std::vector<float> want(size_t(nt) * n_head * hd, 0.0f);
+    for (int t = 0; t < nt; ++t)
+        for (int h = 0; h < n_head; ++h) {
+            const int kvh = h / (n_head / n_kv);
+            std::vector<double> w;
+            std::vector<int> js;
+            for (int j = std::max(0, pos[t] - window + 1); j <= pos[t]; ++j) {
+                double s = 0;
+                // q meets an F16 key pool rounded to f16, as a MATMUL operand of an F16 weight would be.
+                for (int d = 0; d < hd; ++d)
+                    s += double(cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(q[(t * n_head + h) * hd + d]))) *
+                         k_ref[size_t(slot_of(seq[t], j)) * kv_dim + kvh * hd + d];
+                s = cap * std::tanh(s * scale / cap);
+                w.push_back(s);
+                js.push_back(j);
+            }
+            double mx = *std::max_element(w.begin(), w.end()), sum = 0;
+            for (double& x : w) sum += x = std::exp(x - mx);
+            for (size_t i = 0; i < js.size(); ++i)
+                for (int d = 0; d < hd; ++d)
+                    want[(t * n_head + h) * hd + d] += float(w[i] / sum * v_ref[size_t(slot_of(seq[t], js[i])) * kv_dim + kvh * hd + d]);
+        }
+    expect_near_all(results[0], want, 1e-5f, "attention");
+
+    // A needed block table entry of -1, and a slot beyond the pool, are reported.
+    std::vector<int32_t> holes = table;
+    holes[3] = -1;
+    EXPECT_NE(execute({{tb, holes}, {sq, seq}, {ps, pos}, {sl, slots}}).find("block table entry -1"), std::string::npos);
+    std::vector<int32_t> far = slots;
+    far[1] = n_slots;
+    EXPECT_NE(execute({{tb, table}, {sq, seq}, {ps, pos}, {sl, far}}).find("slot 16"), std::string::npos);
+}
+
+// Instances asked for one and for two threads: each reports what its backend does with the request, and both
+// compute the same bits. Output must not depend on the machine's core count (the default thread count), so how
+// a backend splits the work among threads must not change any sum.
+TEST_P(BackendOps, ThreadsOptionKeepsResults) {
+    Instance one, two;
+    ASSERT_EQ(one.open(be, 1), "");
+    ASSERT_EQ(two.open(be, 2), "");
+    const uint32_t flags = info().flags;
+    EXPECT_EQ(one.info().threads, expected_threads(GetParam().name, flags, 1));
+    EXPECT_EQ(two.info().threads, expected_threads(GetParam().name, flags, 2));
+
+    // The step, and MATMUL of every weight type with 300 rows: enough that a pool of two cuts them into other
+    // row ranges than a pool of one.
+    std::vector<int32_t> outputs;
+    Step step{};
+    for (Instance* g : {&one, &two}) {
+        step = Step::build(*g);
+        outputs = step.outputs();
+        unsigned seed = 200;
+        for (cellm_dtype type : every_weight_type)
+            for (int64_t n : {3, 33}) outputs.push_back(MatmulCase{type, 256, 300, n, seed += 2}.add_to(*g));
+        ASSERT_EQ(g->prepare(outputs), "");
+    }
+    for (unsigned round = 0; round < 2; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        ASSERT_EQ(one.execute(step.bindings(Step::inputs(round))), "");
+        ASSERT_EQ(two.execute(step.bindings(Step::inputs(round))), "");
+        for (size_t i = 0; i < outputs.size(); ++i)
+            expect_identical(two.results[i], one.results[i], "output " + std::to_string(i));
+    }
+}
+
+// A bad block table entry read by seven of 48 tokens: however the backend spreads the attention, the step fails
+// with one status naming the node and the entry once, and the instance keeps working.
+TEST_P(BackendOps, ErrorInParallelWorkIsOneStatus) {
+    const Step step = Step::build(*this);
+    ASSERT_EQ(prepare(step.outputs()), "");
+    const Step::Inputs good = Step::inputs(0);
+    ASSERT_EQ(execute(step.bindings(good)), "");
+    const std::vector<std::vector<float>> before = results;
+
+    // Block 1 of sequence 1 (positions 16..22) names a block past the pool. The slots stay as they were, so the
+    // failed step stores the same K/V rows as the good one.
+    Step::Inputs bad = good;
+    bad.table[1 * Step::max_blocks + 1] = Step::n_blocks;
+    const std::string m = execute(step.bindings(bad));
+    EXPECT_NE(m.find("node " + std::to_string(step.attention) + " (ATTENTION 'blk.0.attn')"), std::string::npos) << m;
+    EXPECT_NE(m.find("block table entry " + std::to_string(Step::n_blocks)), std::string::npos) << m;
+    EXPECT_EQ(m.find("block table entry"), m.rfind("block table entry")) << m;
+
+    ASSERT_EQ(execute(step.bindings(good)), "");
+    for (size_t i = 0; i < before.size(); ++i) expect_identical(results[i], before[i], "output " + std::to_string(i));
+}
+
+// One plan executed round after round with new inputs, against an instance that runs the same rounds (so its
+// KV pools hold the same rows) with a new plan each time.
+TEST_P(BackendOps, PlanReuseMatchesFreshPlans) {
+    Instance fresh;
+    ASSERT_EQ(fresh.open(be, 2), "");
+    const Step step = Step::build(*this);
+    Step::build(fresh);
+    ASSERT_EQ(prepare(step.outputs()), "");
+    for (unsigned round = 0; round < 6; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        const Step::Inputs in = Step::inputs(round);
+        ASSERT_EQ(execute(step.bindings(in)), "");
+        ASSERT_EQ(fresh.prepare(step.outputs()), "");
+        ASSERT_EQ(fresh.execute(step.bindings(in)), "");
+        for (size_t i = 0; i < results.size(); ++i) expect_identical(results[i], fresh.results[i], "output " + std::to_string(i));
+    }
+}
+
+// The step on a CPU backend and on the scalar reference side by side. CPU backends compute the block-format
+// projections and attention in the reference's own order (integer Q8 dots, 8-lane float dots), so they must
+// match it bit for bit, which tests/e2e/parity_test.cpp relies on. The F16 logits are left out: the reference
+// sums float weights in double, a fast backend in float (MatmulWithManyColumns bounds that).
+TEST_P(BackendOps, StepOnCpuMatchesScalarBitForBit) {
+    if (!host_memory()) GTEST_SKIP() << "a device backend is held to the reference definitions only";
+    Instance scalar;
+    ASSERT_NE(scalar_iface(), nullptr);
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    const Step step = Step::build(*this);
+    Step::build(scalar);
+    ASSERT_EQ(prepare(step.outputs()), "");
+    ASSERT_EQ(scalar.prepare(step.outputs()), "");
+    for (unsigned round = 0; round < 3; ++round) {
+        SCOPED_TRACE("round " + std::to_string(round));
+        ASSERT_EQ(execute(step.bindings(Step::inputs(round))), "");
+        ASSERT_EQ(scalar.execute(step.bindings(Step::inputs(round))), "");
+        expect_identical(results[0], scalar.results[0], "attention");
+        expect_identical(results[1], scalar.results[1], "projection");
+    }
+}
+
+TEST_P(BackendOps, GraphErrorsNameTheNode) {
+    const std::vector<float> w = random_floats(64, 12);
+    const int32_t wn = f32_weight(w, 32, 2);
+    const int32_t ids = input(CELLM_INPUT_TOKENS, {1});
+    const int32_t g = add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {32, 1}, {wn, ids});
+    nodes[static_cast<size_t>(g)].name = "embed";
+    nodes[static_cast<size_t>(g)].src[1] = 5;
+    std::string m = prepare({g});
+    EXPECT_NE(m.find("node 2 (GET_ROWS 'embed')"), std::string::npos) << m;
+    EXPECT_NE(m.find("src[1]"), std::string::npos) << m;
+
+    nodes[static_cast<size_t>(g)].src[1] = ids;
+    nodes[static_cast<size_t>(wn)].op = CELLM_OP_COUNT;
+    EXPECT_NE(prepare({g}).find("node 0"), std::string::npos);
+    nodes[static_cast<size_t>(wn)].op = CELLM_OP_WEIGHT;
+
+    ASSERT_EQ(prepare({g}), "");
+    std::vector<int32_t> two{0, 1};
+    cellm_input_binding bind{ids, two.data(), 8};
+    float out[32];
+    cellm_output_binding ob{g, out, sizeof out};
+    EXPECT_NE(message(be->graph_execute(backend, plan, &args_for(&bind, 1, &ob, 1))).find("needs 4 bytes"), std::string::npos);
+    EXPECT_NE(message(be->graph_execute(backend, plan, &args_for(nullptr, 0, &ob, 1))).find("no input binding"), std::string::npos);
+    cellm_execute_args old = args_for(&bind, 1, &ob, 1);
+    old.struct_size = offsetof(cellm_execute_args, n_outputs);
+    EXPECT_NE(message(be->graph_execute(backend, plan, &old)).find("arguments"), std::string::npos);
+}
+
+TEST_P(BackendOps, UnsupportedWeightType) {
+    std::vector<uint8_t> raw(84, 0);
+    cellm_buffer* buf = nullptr;
+    ASSERT_EQ(message(be->buffer_alloc(backend, raw.size(), CELLM_BUFFER_WEIGHTS, &buf)), "");
+    buffers.push_back(buf);
+    const int32_t w = add(CELLM_OP_WEIGHT, CELLM_TYPE_Q2_K, {256, 1});
+    cellm_tensor_desc& t = nodes[0].tensor;
+    t = {sizeof t, CELLM_TYPE_Q2_K, 2, {256, 1, 1, 1}, {84, 84, 84, 84}, buf, 0};
+    const int32_t x = f32_weight(random_floats(256, 1), 256, 1);
+    const int32_t mm = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {1, 1}, {w, x});
+    cellm_status* s = nullptr;
+    {
+        cellm_graph g{sizeof(cellm_graph), sizeof(cellm_node), 3, nodes.data(), 1, &mm};
+        s = be->graph_prepare(backend, &g, &plan);
+    }
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(cellm::host_api()->status_code(s), CELLM_ERR_UNSUPPORTED);
+    EXPECT_NE(message(s).find("node 0 (WEIGHT)"), std::string::npos);
+}
+
+TEST_P(BackendOps, BuffersAreBoundsChecked) {
+    cellm_buffer* buf = nullptr;
+    ASSERT_EQ(message(be->buffer_alloc(backend, 16, CELLM_BUFFER_KV_CACHE, &buf)), "");
+    buffers.push_back(buf);
+    const char data[16] = "abcdefghijklmno";
+    char back[16] = {};
+    EXPECT_EQ(message(be->buffer_write(backend, buf, 8, data, 8)), "");
+    EXPECT_NE(message(be->buffer_write(backend, buf, 9, data, 8)).find("exceeds"), std::string::npos);
+    EXPECT_NE(message(be->buffer_write(backend, buf, UINT64_MAX, data, 2)).find("exceeds"), std::string::npos);
+    EXPECT_NE(message(be->buffer_read(backend, buf, 0, back, 17)).find("exceeds"), std::string::npos);
+    EXPECT_EQ(message(be->buffer_read(backend, buf, 8, back, 8)), "");
+    EXPECT_EQ(std::memcmp(back, data, 8), 0);
+
+    if (!host_memory()) return;  // buffer_wrap_host is for host-memory backends only
+    cellm_buffer* wrapped = nullptr;
+    ASSERT_EQ(message(be->buffer_wrap_host(backend, data, sizeof data, &wrapped)), "");
+    buffers.push_back(wrapped);
+    EXPECT_EQ(message(be->buffer_read(backend, wrapped, 4, back, 4)), "");
+    EXPECT_EQ(std::memcmp(back, data + 4, 4), 0);
+    EXPECT_NE(message(be->buffer_write(backend, wrapped, 0, data, 1)).find("read-only"), std::string::npos);
+}
+
+}  // namespace
