@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace cellm::cpu {
 namespace {
@@ -16,6 +17,7 @@ struct Context {
     Plan& plan;
     int32_t index;
     const Node& node;
+    int64_t begin = 0, end = 0;  // the units (see reference_parts) this call computes
     const Node& src(int k) const { return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])]; }
     bool has(int k) const { return node.src[static_cast<size_t>(k)] >= 0; }
     [[noreturn]] void fail(const std::string& what) const {
@@ -39,31 +41,30 @@ const float* broadcast_row(const Node& t, int64_t i1, int64_t i2, int64_t i3) {
     return t.f32() + r * t.ne[0];
 }
 
-// out = a op b with b broadcast; also the weight multiply of RMS_NORM (a = out).
+// Rows [begin, end) of out = a op b with b broadcast; also the weight multiply of RMS_NORM (a = out).
 template <class Op>
-void broadcast_apply(const Node& out, const float* a, const Node& b, Op op) {
-    for (int64_t i3 = 0; i3 < out.ne[3]; ++i3)
-        for (int64_t i2 = 0; i2 < out.ne[2]; ++i2)
-            for (int64_t i1 = 0; i1 < out.ne[1]; ++i1) {
-                const int64_t row = out.ne[0] * (i1 + out.ne[1] * (i2 + out.ne[2] * i3));
-                const float* rb = broadcast_row(b, i1, i2, i3);
-                const int64_t step = b.ne[0] == 1 ? 0 : 1;
-                for (int64_t i0 = 0; i0 < out.ne[0]; ++i0) out.f32()[row + i0] = op(a[row + i0], rb[i0 * step]);
-            }
+void broadcast_apply(const Node& out, const float* a, const Node& b, int64_t begin, int64_t end, Op op) {
+    const int64_t step = b.ne[0] == 1 ? 0 : 1;
+    for (int64_t r = begin; r < end; ++r) {
+        const int64_t i1 = r % out.ne[1], i2 = r / out.ne[1] % out.ne[2], i3 = r / (out.ne[1] * out.ne[2]);
+        const float* rb = broadcast_row(b, i1, i2, i3);
+        const int64_t row = r * out.ne[0];
+        for (int64_t i0 = 0; i0 < out.ne[0]; ++i0) out.f32()[row + i0] = op(a[row + i0], rb[i0 * step]);
+    }
 }
 
 template <class F>
 void map(const Context& c, F f) {
     const float* x = c.src(0).f32();
     float* y = c.node.f32();
-    for (int64_t i = 0; i < c.node.nelements(); ++i) y[i] = f(x[i]);
+    for (int64_t i = c.begin * c.node.ne[0]; i < c.end * c.node.ne[0]; ++i) y[i] = f(x[i]);
 }
 
 void get_rows(const Context& c) {
     const Node& table = c.src(0);
     const int32_t* ids = c.src(1).i32();
     const uint64_t row_bytes = blocks::row_bytes(table.type, table.ne[0]);
-    for (int64_t i = 0; i < c.node.ne[1]; ++i) {
+    for (int64_t i = c.begin; i < c.end; ++i) {
         if (ids[i] < 0 || ids[i] >= table.ne[1])
             c.fail("row id " + std::to_string(ids[i]) + " at " + std::to_string(i) + " is outside [0, " +
                    std::to_string(table.ne[1]) + ")");
@@ -94,7 +95,7 @@ void rms_norm(const Context& c) {
     const Node& x = c.src(0);
     const int64_t n = x.ne[0];
     const float eps = c.node.fparams[0];
-    for (int64_t r = 0; r < x.rows(); ++r) {
+    for (int64_t r = c.begin; r < c.end; ++r) {
         const float* in = x.f32() + r * n;
         float* out = c.node.f32() + r * n;
         double sum = 0.0;
@@ -102,14 +103,15 @@ void rms_norm(const Context& c) {
         const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
         for (int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
     }
-    if (c.has(1)) broadcast_apply(c.node, c.node.f32(), c.src(1), [](float a, float w) { return a * w; });
+    if (c.has(1)) broadcast_apply(c.node, c.node.f32(), c.src(1), c.begin, c.end, [](float a, float w) { return a * w; });
 }
 
 void glu(const Context& c) {
     const float* gate = c.src(0).f32();
     const float* up = c.src(1).f32();
     const bool use_gelu = c.node.iparams[0] == 1;
-    for (int64_t i = 0; i < c.node.nelements(); ++i) c.node.f32()[i] = (use_gelu ? gelu(gate[i]) : silu(gate[i])) * up[i];
+    for (int64_t i = c.begin * c.node.ne[0]; i < c.end * c.node.ne[0]; ++i)
+        c.node.f32()[i] = (use_gelu ? gelu(gate[i]) : silu(gate[i])) * up[i];
 }
 
 // theta_i = pos * freq_scale * base^(-2i/n_rot) / factor_i rotates pair i; dims >= n_rot pass through.
@@ -120,8 +122,8 @@ void rope(const Context& c) {
     const bool adjacent = c.node.iparams[1] == CELLM_ROPE_ADJACENT;
     const double base = c.node.fparams[0], scale = c.node.fparams[1];
     const float* factors = c.has(2) ? c.src(2).f32() : nullptr;
-    float* cos_sin = c.plan.row.data();  // cos in [0, half), sin in [half, 2 half)
-    for (int64_t t = 0; t < x.ne[2]; ++t) {
+    std::vector<float> cos_sin(static_cast<size_t>(2 * half));  // cos in [0, half), sin in [half, 2 half)
+    for (int64_t t = c.begin; t < c.end; ++t) {
         for (int64_t i = 0; i < half; ++i) {
             double theta = pos[t] * scale * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
             if (factors != nullptr) theta /= factors[i];
@@ -242,13 +244,29 @@ AttentionShape check_attention(Plan& plan, int32_t index) {
     return a;
 }
 
-void run_reference(Plan& plan, int32_t index) {
-    const Context c{plan, index, plan.nodes[static_cast<size_t>(index)]};
+int64_t reference_parts(const Plan& plan, int32_t index) {
+    const Node& node = plan.nodes[static_cast<size_t>(index)];
+    switch (node.op) {
+    case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
+    case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU:
+        return node.rows();
+    case CELLM_OP_GET_ROWS: return node.ne[1];
+    case CELLM_OP_ROPE: return node.ne[2];
+    default: return 0;  // MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before writing
+    }
+}
+
+void run_reference_part(Plan& plan, int32_t index, int64_t begin, int64_t end) {
+    const Context c{plan, index, plan.nodes[static_cast<size_t>(index)], begin, end};
     switch (c.node.op) {
     case CELLM_OP_GET_ROWS: get_rows(c); break;
     case CELLM_OP_MATMUL: matmul(c); break;
-    case CELLM_OP_ADD: broadcast_apply(c.node, c.src(0).f32(), c.src(1), [](float a, float b) { return a + b; }); break;
-    case CELLM_OP_MUL: broadcast_apply(c.node, c.src(0).f32(), c.src(1), [](float a, float b) { return a * b; }); break;
+    case CELLM_OP_ADD:
+        broadcast_apply(c.node, c.src(0).f32(), c.src(1), begin, end, [](float a, float b) { return a + b; });
+        break;
+    case CELLM_OP_MUL:
+        broadcast_apply(c.node, c.src(0).f32(), c.src(1), begin, end, [](float a, float b) { return a * b; });
+        break;
     case CELLM_OP_SCALE: map(c, [s = c.node.fparams[0]](float x) { return x * s; }); break;
     case CELLM_OP_RMS_NORM: rms_norm(c); break;
     case CELLM_OP_SILU: map(c, silu); break;
@@ -260,6 +278,10 @@ void run_reference(Plan& plan, int32_t index) {
     case CELLM_OP_ATTENTION: attention(c); break;
     default: break;  // leaves, inputs (copied in by execute) and RESHAPE (an alias) do no work
     }
+}
+
+void run_reference(Plan& plan, int32_t index) {
+    run_reference_part(plan, index, 0, reference_parts(plan, index));
 }
 
 }  // namespace cellm::cpu

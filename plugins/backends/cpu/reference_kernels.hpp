@@ -50,4 +50,11 @@ AttentionShape check_attention(Plan& plan, int32_t index);
 // (token id, slot or block table entry out of range).
 void run_reference(Plan& plan, int32_t index);
 
+// The independent units (rows, or tokens for ROPE) node `index` splits into, or 0 when its kernel must run
+// whole (MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before it writes any).
+int64_t reference_parts(const Plan& plan, int32_t index);
+
+// Runs units [begin, end) of a node that reference_parts splits; parts of one node may run concurrently.
+void run_reference_part(Plan& plan, int32_t index, int64_t begin, int64_t end);
+
 }  // namespace cellm::cpu

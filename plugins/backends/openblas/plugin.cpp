@@ -50,13 +50,29 @@ public:
             switch (node.op) {
             case CELLM_OP_MATMUL: matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_); break;
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_); break;
-            default: cpu::run_reference(plan, index); break;
+            default: run_split(plan, index); break;
             }
         }
     }
     int threads() const override { return pool_.size(); }
 
 private:
+    // The other ops through the reference kernels, rows split across the pool when there are enough of them to
+    // pay for the hand-off (prefill; a decode step's vectors are faster on one thread).
+    void run_split(cpu::Plan& plan, int32_t index) {
+        const int64_t parts = cpu::reference_parts(plan, index);
+        const int64_t elements = plan.nodes[static_cast<size_t>(index)].nelements();
+        if (parts < 2 || elements < min_split_elements) {
+            cpu::run_reference(plan, index);
+            return;
+        }
+        const int64_t per_task = std::max<int64_t>(1, parts / (4 * pool_.size()));
+        pool_.run((parts + per_task - 1) / per_task, [&](int64_t task, int) {
+            cpu::run_reference_part(plan, index, task * per_task, std::min(parts, (task + 1) * per_task));
+        });
+    }
+    static constexpr int64_t min_split_elements = 16384;
+
     static const cpu::Node& src(const cpu::Plan& plan, const cpu::Node& node, int k) {
         return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])];
     }
