@@ -239,7 +239,7 @@ TEST(Manifest, ShippedSmolLM2ManifestLoads) {
     ::setenv("HOME", "/home/tester", 1);
     const Manifest m = load_manifest(fs::path(CELLM_SOURCE_DIR) / "config/smollm2-135m.toml");
     EXPECT_EQ(m.model.path, fs::path("/home/tester/.cache/cellm/models/SmolLM2-135M-Instruct.Q4_1.gguf"));
-    EXPECT_EQ(m.backend.name, "scalar");
+    EXPECT_EQ(m.backend.name, "openblas");
     EXPECT_EQ(m.backend.threads, 2);
     EXPECT_EQ(m.chat.template_name, "auto");
     EXPECT_EQ(m.plugin_paths, std::vector<fs::path>{fs::path(CELLM_SOURCE_DIR) / "build/bin/plugins"});
