@@ -360,30 +360,31 @@ struct MatmulCase {
 // ---- A decoder step over a paged KV cache ----
 
 // Token embeddings (GET_ROWS), Q/K/V projections, RoPE, KV_STORE into an F32 K pool and an F16 V pool, causal
-// ATTENTION with GQA, an output projection and F16 logits: 48 tokens of two sequences, so that a threaded backend
-// spreads every op. Its inputs are the runtime data a serving step varies.
+// ATTENTION with GQA, an output projection and F16 logits: 96 tokens of two sequences, a prefill-sized batch that a
+// threaded backend spreads every op of. Its inputs are the runtime data a serving step varies.
 struct Step {
     static constexpr int64_t d_model = 256, n_head = 8, n_kv_head = 2, head_dim = 32, kv_dim = n_kv_head * head_dim,
-                             vocab = 40, n_tokens = 48;
-    static constexpr int32_t block_size = 16, n_blocks = 8, max_blocks = 2, n_slots = n_blocks * block_size;
+                             vocab = 40, n_tokens = 96;
+    static constexpr int32_t block_size = 16, n_blocks = 10, max_blocks = 4, n_slots = n_blocks * block_size;
 
     struct Inputs {
         std::vector<int32_t> tokens, positions, seqs, slots, table;
     };
 
     int32_t tokens, positions, seqs, slots, table;  // INPUT nodes
-    int32_t attention, projected, logits;           // outputs
+    int32_t embedded;                               // GET_ROWS 'token_embd'
+    int32_t attention, projected, logits;           // ATTENTION 'blk.0.attn' and the outputs
 
     std::vector<int32_t> outputs() const { return {attention, projected, logits}; }
     Bindings bindings(const Inputs& in) const {
         return {{tokens, in.tokens}, {positions, in.positions}, {seqs, in.seqs}, {slots, in.slots}, {table, in.table}};
     }
 
-    // Sequence 0 at positions 0..29, sequence 1 at 5..22 (its 0..4 are in the cache already). Each round has
+    // Sequence 0 at positions 0..59, sequence 1 at 5..40 (its 0..4 are in the cache already). Each round has
     // its own tokens and shifts the block table, so later rounds read K/V rows that earlier rounds stored.
     static Inputs inputs(unsigned round) {
         Inputs in;
-        for (int32_t base : {3, 6, 1, 4}) in.table.push_back((base + static_cast<int32_t>(round)) % n_blocks);
+        for (int32_t base : {3, 6, 9, 0, 1, 4, 7, 2}) in.table.push_back((base + static_cast<int32_t>(round)) % n_blocks);
         std::mt19937 rng(round);
         std::uniform_int_distribution<int32_t> token(0, vocab - 1);
         auto add_token = [&](int32_t seq, int32_t pos) {
@@ -392,8 +393,8 @@ struct Step {
             in.positions.push_back(pos);
             in.slots.push_back(in.table[static_cast<size_t>(seq * max_blocks + pos / block_size)] * block_size + pos % block_size);
         };
-        for (int32_t pos = 0; pos < 30; ++pos) add_token(0, pos);
-        for (int32_t pos = 5; pos < 23; ++pos) add_token(1, pos);
+        for (int32_t pos = 0; pos < 60; ++pos) add_token(0, pos);
+        for (int32_t pos = 5; pos < 41; ++pos) add_token(1, pos);
         return in;
     }
 
@@ -414,11 +415,12 @@ struct Step {
                          {static_cast<int32_t>(head_dim), CELLM_ROPE_HALVES}, {10000.0f, 1.0f});
         };
         const int32_t embed = g.weight(make_weights(CELLM_TYPE_Q6_K, d_model, vocab, 30));
-        const int32_t x = g.add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {d_model, n_tokens}, {embed, s.tokens});
-        const int32_t q = rope(project(CELLM_TYPE_Q4_0, d_model, 31, x), n_head);
+        s.embedded = g.add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {d_model, n_tokens}, {embed, s.tokens});
+        g.nodes[static_cast<size_t>(s.embedded)].name = "token_embd";
+        const int32_t q = rope(project(CELLM_TYPE_Q4_0, d_model, 31, s.embedded), n_head);
         const int32_t k = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {kv_dim, n_tokens},
-                                {rope(project(CELLM_TYPE_Q8_0, kv_dim, 32, x), n_kv_head)});
-        const int32_t v = project(CELLM_TYPE_Q5_1, kv_dim, 33, x);
+                                {rope(project(CELLM_TYPE_Q8_0, kv_dim, 32, s.embedded), n_kv_head)});
+        const int32_t v = project(CELLM_TYPE_Q5_1, kv_dim, 33, s.embedded);
 
         const std::vector<float> k_pool = random_floats(static_cast<size_t>(kv_dim * n_slots), 34, 2.0f);
         const std::vector<float> v_values = random_floats(static_cast<size_t>(kv_dim * n_slots), 35);
@@ -735,23 +737,33 @@ TEST_P(BackendOps, ThreadsOptionKeepsResults) {
     }
 }
 
-// A bad block table entry read by seven of 48 tokens: however the backend spreads the attention, the step fails
-// with one status naming the node and the entry once, and the instance keeps working.
-TEST_P(BackendOps, ErrorInParallelWorkIsOneStatus) {
+// Bad runtime data in a 96-token step: one token id out of range at two places (GET_ROWS, which a threaded
+// backend may split by rows) and a block table entry read by nine tokens (ATTENTION, split by token and head).
+// However the work is spread, each comes back as one status that names the node and the bad value once, and the
+// instance keeps working.
+TEST_P(BackendOps, ErrorsInParallelWorkAreOneStatus) {
     const Step step = Step::build(*this);
     ASSERT_EQ(prepare(step.outputs()), "");
     const Step::Inputs good = Step::inputs(0);
     ASSERT_EQ(execute(step.bindings(good)), "");
     const std::vector<std::vector<float>> before = results;
 
-    // Block 1 of sequence 1 (positions 16..22) names a block past the pool. The slots stay as they were, so the
-    // failed step stores the same K/V rows as the good one.
-    Step::Inputs bad = good;
-    bad.table[1 * Step::max_blocks + 1] = Step::n_blocks;
-    const std::string m = execute(step.bindings(bad));
-    EXPECT_NE(m.find("node " + std::to_string(step.attention) + " (ATTENTION 'blk.0.attn')"), std::string::npos) << m;
-    EXPECT_NE(m.find("block table entry " + std::to_string(Step::n_blocks)), std::string::npos) << m;
-    EXPECT_EQ(m.find("block table entry"), m.rfind("block table entry")) << m;
+    auto expect_one_error = [&](const Step::Inputs& in, const std::string& node, const std::string& problem) {
+        const std::string m = execute(step.bindings(in));
+        EXPECT_NE(m.find(node), std::string::npos) << m;
+        EXPECT_NE(m.find(problem), std::string::npos) << m;
+        EXPECT_EQ(m.find(problem), m.rfind(problem)) << m;
+    };
+    Step::Inputs bad_tokens = good;
+    bad_tokens.tokens[10] = bad_tokens.tokens[90] = Step::vocab;
+    expect_one_error(bad_tokens, "node " + std::to_string(step.embedded) + " (GET_ROWS 'token_embd')",
+                     "row id " + std::to_string(Step::vocab));
+    // Block 2 of sequence 1 (positions 32..40) names a block past the pool. The slots stay those of the good
+    // step, so the failed step stores the same K/V rows as the good one.
+    Step::Inputs bad_table = good;
+    bad_table.table[1 * Step::max_blocks + 2] = Step::n_blocks;
+    expect_one_error(bad_table, "node " + std::to_string(step.attention) + " (ATTENTION 'blk.0.attn')",
+                     "block table entry " + std::to_string(Step::n_blocks));
 
     ASSERT_EQ(execute(step.bindings(good)), "");
     for (size_t i = 0; i < before.size(); ++i) expect_identical(results[i], before[i], "output " + std::to_string(i));
