@@ -80,8 +80,10 @@ void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Th
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const float* rounded = round_columns(w, x, s);
     s.panels.resize(static_cast<size_t>(pool.size()));
-    // Panels of at most ~256 KiB of floats keep the expanded rows in the core's L2 for SGEMM.
-    const int64_t per_task = std::clamp<int64_t>((64 * 1024) / k, 16, rows_per_task(m, pool.size(), 16));
+    // Panels of at most ~256 KiB of floats keep the expanded rows in the core's L2 for SGEMM. The panel height
+    // must not depend on the thread count: OpenBLAS rounds differently for different panel shapes, and results
+    // should not change with the machine's core count.
+    const int64_t per_task = std::clamp<int64_t>(std::min<int64_t>((64 * 1024) / k, m / 16), 16, 256);
     pool.run((m + per_task - 1) / per_task, [&](int64_t task, int thread) {
         const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
         float* panel = sized(s.panels[static_cast<size_t>(thread)], per_task * k);
