@@ -46,20 +46,47 @@ TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
             const uint64_t row_bytes = cellm::blocks::row_bytes(type, k);
             std::vector<uint8_t> rows(row_bytes * m);
             cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
+            // The columns as this table's quantizer writes them (checked against blocks:: below).
             std::vector<int8_t> codes(k * n);
             std::vector<float> scales(nb * n), sums(nb * n);
+            std::vector<int32_t> offsets(nb * 8 * n);
             for (int64_t c = 0; c < n; ++c)
-                cellm::blocks::quantize_q8(random_floats(k, 10 + unsigned(c), 3.0f).data(), k, codes.data() + c * k,
-                                           scales.data() + c * nb, sums.data() + c * nb);
+                table->quantize_q8(random_floats(k, 10 + unsigned(c), 3.0f).data(), k, codes.data() + c * k,
+                                   scales.data() + c * nb, sums.data() + c * nb, offsets.data() + c * nb * 8);
             if (table->dot_q8[s] == nullptr) continue;
             std::vector<float> y(m * n, -1.0f);
-            table->dot_q8[s](rows.data(), row_bytes, m, {codes.data(), scales.data(), sums.data(), nb}, n, y.data(), m);
+            table->dot_q8[s](rows.data(), row_bytes, m, {codes.data(), scales.data(), sums.data(), offsets.data(), nb}, n, y.data(), m);
             for (int64_t c = 0; c < n; ++c)
                 for (int64_t r = 0; r < m; ++r)
                     EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8(type, rows.data() + r * row_bytes, codes.data() + c * k,
                                                                  scales.data() + c * nb, sums.data() + c * nb, k))
                         << "row " << r << " column " << c;
         }
+    }
+}
+
+TEST(OpenblasKernels, QuantizedActivationsMatchTheReference) {
+    const int64_t n = 64 * 32;
+    std::vector<float> x = random_floats(n, 7, 4.0f);
+    std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero block: scale 0, codes 0
+    x[70] = -x[70] * 1000.0f;                           // a block whose largest magnitude is negative
+    x[100] = 0.5f;
+    x[101] = -0.5f;                                     // ties in x * (127 / amax) round to even
+    std::vector<int8_t> want_codes(n);
+    std::vector<float> want_scales(n / 32), want_sums(n / 32);
+    cellm::blocks::quantize_q8(x.data(), n, want_codes.data(), want_scales.data(), want_sums.data());
+    for (const Kernels* table : runnable_tables()) {
+        SCOPED_TRACE(table->isa);
+        std::vector<int8_t> codes(n);
+        std::vector<float> scales(n / 32), sums(n / 32);
+        std::vector<int32_t> offsets(n / 4);
+        table->quantize_q8(x.data(), n, codes.data(), scales.data(), sums.data(), offsets.data());
+        EXPECT_EQ(codes, want_codes);
+        EXPECT_EQ(scales, want_scales);
+        EXPECT_EQ(sums, want_sums);
+        for (int64_t g = 0; g < n / 4; ++g)
+            ASSERT_EQ(offsets[g], -128 * (codes[4 * g] + codes[4 * g + 1] + codes[4 * g + 2] + codes[4 * g + 3]))
+                << "group " << g;
     }
 }
 
@@ -81,6 +108,13 @@ TEST(OpenblasKernels, FloatAndHalfLoops) {
             EXPECT_EQ(y32[i], a[i] + 0.5f * b[i]);
             EXPECT_EQ(y16[i], a[i] + 0.5f * cellm::blocks::fp16_to_fp32(h[i]));
         }
+        // Rounding to fp16 across the range halves cover: subnormals, ties, the largest finite, overflow.
+        std::vector<float> r = random_floats(n, 5, 70000.0f);
+        r[0] = 1e-6f, r[1] = 3e-8f, r[2] = 1.0f + 0x1p-11f, r[3] = 65504.0f, r[4] = 65520.0f, r[5] = -0.0f;
+        std::vector<float> rounded(n);
+        table->round_f16(r.data(), rounded.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+            EXPECT_EQ(rounded[i], cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(r[i]))) << r[i];
     }
 }
 

@@ -4,6 +4,7 @@
 #include "kernels.hpp"
 #include "reference_kernels.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cellm::openblas {
@@ -20,6 +21,10 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
     auto key = [&](int64_t slot, int64_t offset, const float* qr) {
         return f16 ? kern.dot_f16(qr, reinterpret_cast<const uint16_t*>(k_pool.data) + slot * row + offset, a.head_dim)
                    : kern.dot_f32(qr, k_pool.f32() + slot * row + offset, a.head_dim);
+    };
+    auto round = [&](cellm_dtype type, const float* from, float* to, int64_t n) {
+        if (type == CELLM_TYPE_F16) kern.round_f16(from, to, n);
+        else if (from != to) std::copy(from, from + n, to);
     };
     auto add_value = [&](float weight, int64_t slot, int64_t offset, float* out) {
         if (v_pool.type == CELLM_TYPE_F16)
@@ -40,7 +45,7 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         float* scores = scratch.scores[static_cast<size_t>(thread)].data();
         float* qr = scratch.query[static_cast<size_t>(thread)].data();
         // Rounded as the reference rounds MATMUL operands: q to the K pool's type, each weight to V's.
-        blocks::round_activations(k_pool.type, q.f32() + task * a.head_dim, qr, a.head_dim);
+        round(k_pool.type, q.f32() + task * a.head_dim, qr, a.head_dim);
         float best = -INFINITY;
         for (int64_t j = first; j <= last; ++j) {
             float s = a.scale * key(a.slot(t, j), offset, qr);
@@ -53,13 +58,11 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
             scores[j - first] = std::exp(scores[j - first] - best);
             sum += scores[j - first];
         }
+        for (int64_t j = first; j <= last; ++j) scores[j - first] /= sum;
+        round(v_pool.type, scores, scores, last - first + 1);
         float* out = node.f32() + task * a.head_dim;
         std::fill(out, out + a.head_dim, 0.0f);
-        for (int64_t j = first; j <= last; ++j) {
-            float weight = scores[j - first] / sum;
-            blocks::round_activations(v_pool.type, &weight, &weight, 1);
-            add_value(weight, a.slot(t, j), offset, out);
-        }
+        for (int64_t j = first; j <= last; ++j) add_value(scores[j - first], a.slot(t, j), offset, out);
     });
 }
 

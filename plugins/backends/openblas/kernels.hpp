@@ -12,13 +12,20 @@
 namespace cellm::openblas {
 
 // Columns of activations quantized by blocks::quantize_q8: column c's codes start at codes + c * 32 * n_blocks,
-// its scales and block sums at scales + c * n_blocks and sums + c * n_blocks.
+// its scales and block sums at scales + c * n_blocks and sums + c * n_blocks. `offsets` (column c's at
+// offsets + c * 8 * n_blocks) holds, for every block, -128 times the sum of each group of four codes: what a
+// kernel adds to byte products taken with signed weights moved to unsigned bytes (w + 128), so it needs no sign
+// trick per product.
 struct Q8Columns {
     const int8_t* codes;
     const float* scales;
     const float* sums;
+    const int32_t* offsets;
     int64_t n_blocks;
 };
+
+// Quantizes n floats (a multiple of 32) as blocks::quantize_q8 does, bit for bit, and fills the offsets above.
+using QuantizeQ8 = void (*)(const float* x, int64_t n, int8_t* codes, float* scales, float* sums, int32_t* offsets);
 
 // y[c * y_stride + r] = row r . column c for rows [0, n_rows) (stored row_bytes apart, starting at `rows`) and
 // columns [0, n_cols): each result bit-equal to blocks::dot_q8.
@@ -29,6 +36,7 @@ using RowDequantize = void (*)(const void* row, float* out, int64_t n_blocks);
 
 struct Kernels {
     const char* isa;  // "avx512-vnni", "avx2", "portable"
+    QuantizeQ8 quantize_q8;
     // Indexed by Slot below; nullptr where this table has no specialised loop (callers use blocks::).
     RowsDotQ8 dot_q8[3];
     RowDequantize dequantize[3];
@@ -38,6 +46,8 @@ struct Kernels {
     float (*dot_f16)(const float* a, const uint16_t* b, int64_t n);  // b holds fp16 values
     void (*axpy_f32)(float a, const float* x, float* y, int64_t n);
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
+    // y = x rounded to fp16 and back, as blocks::fp32_to_fp16 rounds finite values (to nearest, ties to even).
+    void (*round_f16)(const float* x, float* y, int64_t n);
 };
 
 // Which entry of dot_q8/dequantize serves a weight type, or -1.

@@ -10,6 +10,10 @@ struct MaddubsProducts {
     static __m256i lanes(__m256i u, __m256i s) {
         return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
     }
+    // w + 128 would overflow maddubs' int16 pairs, so the weight's sign moves onto the activations instead.
+    static __m256i signed_lanes(__m256i w, __m256i a, const int32_t*) {
+        return lanes(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+    }
 };
 
 const Kernels avx2 = x86::table<MaddubsProducts, 4, 2>("avx2");

@@ -15,6 +15,12 @@ float dot_f16(const float* a, const uint16_t* b, int64_t n) {
     return cpu::dot_in_lanes(a, [b](int64_t i) { return blocks::fp16_to_fp32(b[i]); }, n);
 }
 
+void quantize_q8(const float* x, int64_t n, int8_t* codes, float* scales, float* sums, int32_t* offsets) {
+    blocks::quantize_q8(x, n, codes, scales, sums);
+    for (int64_t g = 0; g < n / 4; ++g)
+        offsets[g] = -128 * (codes[4 * g] + codes[4 * g + 1] + codes[4 * g + 2] + codes[4 * g + 3]);
+}
+
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
@@ -23,8 +29,14 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] += a * blocks::fp16_to_fp32(x[i]);
 }
 
+void round_f16(const float* x, float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = blocks::fp16_to_fp32(blocks::fp32_to_fp16(x[i]));
+}
+
 const Kernels table = {
-    "portable", {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr}, dot_f32, dot_f16, axpy_f32, axpy_f16,
+    "portable", quantize_q8, {nullptr, nullptr, nullptr}, {nullptr, nullptr, nullptr},
+    dot_f32,    dot_f16,     axpy_f32,                    axpy_f16,
+    round_f16,
 };
 
 }  // namespace

@@ -6,12 +6,16 @@
 // Quantized dot products follow ggml's scheme: a block's 32 weight codes and 32 activation codes multiply as
 // bytes (unsigned x signed, with the sign moved onto the activations for signed weights), the products sum in
 // groups of four into eight int32 lanes, and only then meet the block's two scales in float. `Products` says
-// how an instruction set forms those lanes; every choice gives the same integers.
+// how an instruction set forms those lanes from unsigned weights, and from signed ones (either moving the sign
+// onto the activations, or multiplying w + 128 and adding the column's offsets); every choice gives the same
+// integers.
 #pragma once
 
 #include "kernels.hpp"
 
 #include <immintrin.h>
+
+#include "blocks.h"
 
 #include <cstring>
 
@@ -33,9 +37,17 @@ float hsum(__m256 v) {
 // 16 bytes of packed 4-bit codes as 32 bytes: element j (low nibble of byte j) in lane j, element j + 16 (high
 // nibble) in lane j + 16, GGUF's order.
 __m256i unpack_nibbles(const uint8_t* packed) {
-    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(bytes, 4), bytes);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+    // Both halves from one load; the high half shifts right by 4.
+    const __m256i both = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(packed)));
+    return _mm256_and_si256(_mm256_srlv_epi32(both, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
+}
+
+// The fp16 scale at the start of a block (lane 0) and, for affine blocks, the min after it (lane 1), from one
+// 32-bit load; every block has at least two more bytes after its scale.
+__m128 block_halves(const uint8_t* b) {
+    int32_t both;
+    std::memcpy(&both, b, sizeof both);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128(both));
 }
 
 __m256i load_codes(const int8_t* codes) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)); }
@@ -87,12 +99,13 @@ void tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y,
             // early keeps enough memory requests in flight to use the bandwidth.
             _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
             const __m256i w = F::codes(b);
-            const __m256 dw = _mm256_set1_ps(half(b));
-            if constexpr (F::affine) mins[r] = _mm_fmadd_ps(_mm_set1_ps(half(b + 2)), sums, mins[r]);
+            const __m128 halves = block_halves(b);
+            const __m256 dw = _mm256_broadcastss_ps(halves);
+            if constexpr (F::affine) mins[r] = _mm_fmadd_ps(_mm_permute_ps(halves, 0x55), sums, mins[r]);
             for (int c = 0; c < C; ++c) {
-                // Signed x signed: move the weight's sign onto the activations.
-                const __m256i lanes = F::is_unsigned ? Products::lanes(w, a[c])
-                                                     : Products::lanes(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a[c], w));
+                const __m256i lanes = F::is_unsigned
+                                          ? Products::lanes(w, a[c])
+                                          : Products::signed_lanes(w, a[c], x.offsets + (c * x.n_blocks + i) * 8);
                 acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, ax[c]), _mm256_cvtepi32_ps(lanes), acc[r][c]);
             }
         }
@@ -110,7 +123,8 @@ void rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Colu
               int64_t y_stride) {
     const auto* base = static_cast<const uint8_t*>(rows);
     for (int64_t c = 0; c < n_cols;) {
-        const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks, x.n_blocks};
+        const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks,
+                             x.offsets + c * x.n_blocks * 8, x.n_blocks};
         float* out = y + c * y_stride;
         const int64_t left = n_cols - c;
         int64_t r = 0;
@@ -157,6 +171,48 @@ void dequantize_q4_1(const void* row, float* out, int64_t n_blocks) {
         store_block(unpack_nibbles(b + 4), false, _mm256_set1_ps(half(b)), _mm256_set1_ps(half(b + 2)), out);
 }
 
+// blocks::quantize_q8 with the same float operations: the largest magnitude, codes rounded to nearest even
+// from x * (127 / amax), scale and scaled sum stored as halves.
+void quantize_q8(const float* x, int64_t n, int8_t* codes, float* scales, float* sums, int32_t* offsets) {
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n / 32; ++b, x += 32, codes += 32, offsets += 8) {
+        __m256 v[4];
+        for (int p = 0; p < 4; ++p) v[p] = _mm256_loadu_ps(x + 8 * p);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], magnitude), _mm256_and_ps(v[1], magnitude)),
+                                 _mm256_max_ps(_mm256_and_ps(v[2], magnitude), _mm256_and_ps(v[3], magnitude)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        const float d = amax / 127.0f;
+        const __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        __m256i q[4];
+        for (int p = 0; p < 4; ++p)
+            q[p] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[p], id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        // The packs interleave 128-bit halves; the permute puts the 32 codes back in order.
+        const __m256i bytes = _mm256_permutevar8x32_epi32(
+            _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), bytes);
+        // Sums of each group of four codes: in pairs as int16, then pairs of pairs as int32.
+        const __m256i groups = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes), ones);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(offsets), _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(groups, 7)));
+        __m128i total = _mm_add_epi32(_mm256_castsi256_si128(groups), _mm256_extracti128_si256(groups, 1));
+        total = _mm_add_epi32(total, _mm_shuffle_epi32(total, 0x4e));
+        total = _mm_add_epi32(total, _mm_shuffle_epi32(total, 0xb1));
+        scales[b] = blocks::fp16_to_fp32(blocks::fp32_to_fp16(d));
+        sums[b] = blocks::fp16_to_fp32(blocks::fp32_to_fp16(d * static_cast<float>(_mm_cvtsi128_si32(total))));
+    }
+}
+
+// F16C rounds to nearest even like blocks::fp32_to_fp16 (they differ only in NaN payloads).
+void round_f16(const float* x, float* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; ++i) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+}
+
 __m256 load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -196,12 +252,14 @@ template <class Products, int R, int C>
 constexpr Kernels table(const char* isa) {
     return {
         isa,
+        quantize_q8,
         {rows_dot<Products, Q8_0, R, C>, rows_dot<Products, Q4_0, R, C>, rows_dot<Products, Q4_1, R, C>},
         {dequantize_q8_0, dequantize_q4_0, dequantize_q4_1},
         dot_f32,
         dot_f16,
         axpy_f32,
         axpy_f16,
+        round_f16,
     };
 }
 

@@ -43,13 +43,15 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     int8_t* codes = sized(s.codes, n * k);
     float* scales = sized(s.scales, n * nb);
     float* sums = sized(s.sums, n * nb);
+    int32_t* offsets = sized(s.offsets, n * nb * 8);
+    const Kernels& kern = kernels();
     pool.run(n, [&](int64_t c, int) {
-        blocks::quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb);
+        kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
     });
-    const Q8Columns columns{codes, scales, sums, nb};
+    const Q8Columns columns{codes, scales, sums, offsets, nb};
 
     const int sl = slot(w.type);
-    const RowsDotQ8 fast = sl >= 0 ? kernels().dot_q8[sl] : nullptr;
+    const RowsDotQ8 fast = sl >= 0 ? kern.dot_q8[sl] : nullptr;
     const cellm_dtype type = w.type;
     const uint64_t row_bytes = blocks::row_bytes(type, k);
     const int64_t per_task = rows_per_task(m, pool.size(), 16);

@@ -21,6 +21,7 @@ inline constexpr int64_t blas_min_columns = 8;
 struct MatmulScratch {
     std::vector<int8_t> codes;          // Q8 activations, column after column
     std::vector<float> scales, sums;    // per block of 32, column after column
+    std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
     std::vector<float> rounded;         // activations as the weight type's dot product sees them
     std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
 };
