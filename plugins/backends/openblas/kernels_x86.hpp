@@ -17,6 +17,7 @@
 
 #include "blocks.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace cellm::openblas::x86 {
@@ -73,7 +74,7 @@ struct Q4_1 {
 // R rows against C columns at once: each weight block is decoded once for C columns and each activation block
 // loaded once for R rows, and the R*C independent accumulators hide the FMA latency. Every (row, column) pair
 // still accumulates in blocks::dot_q8's order, so tiling never changes a bit.
-template <class Products, class F, int R, int C>
+template <class Products, class F, int R, int C, bool Prefetch>
 void tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y, int64_t y_stride) {
     static_assert(C <= 4, "the affine mins keep one lane per column in a 4-lane register");
     __m256 acc[R][C];
@@ -97,7 +98,7 @@ void tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y,
             const uint8_t* b = rows + r * row_bytes + i * F::bytes;
             // The same block of the next tile's row: the rows of a task are one contiguous stream, and asking
             // early keeps enough memory requests in flight to use the bandwidth.
-            _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
+            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
             const __m256i w = F::codes(b);
             const __m128 halves = block_halves(b);
             const __m256 dw = _mm256_broadcastss_ps(halves);
@@ -117,25 +118,31 @@ void tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y,
     }
 }
 
-// Tiles of R rows x C columns over the whole product, with smaller tiles for the remainders.
+// Tiles of R rows x C columns over the whole product, with smaller tiles for the remainders. Rows go in chunks
+// small enough to stay in cache while every column passes over them; only the first columns' pass streams a
+// chunk from memory, so only it prefetches.
 template <class Products, class F, int R, int C>
 void rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Columns& x, int64_t n_cols, float* y,
               int64_t y_stride) {
-    const auto* base = static_cast<const uint8_t*>(rows);
-    for (int64_t c = 0; c < n_cols;) {
-        const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks,
-                             x.offsets + c * x.n_blocks * 8, x.n_blocks};
-        float* out = y + c * y_stride;
-        const int64_t left = n_cols - c;
-        int64_t r = 0;
-        if (left >= C) {
-            for (; r + R <= n_rows; r += R) tile<Products, F, R, C>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
-            for (; r < n_rows; ++r) tile<Products, F, 1, C>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
-            c += C;
-        } else {
-            for (; r + R <= n_rows; r += R) tile<Products, F, R, 1>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
-            for (; r < n_rows; ++r) tile<Products, F, 1, 1>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
-            c += 1;
+    const int64_t chunk = std::max<int64_t>(R, static_cast<int64_t>((32 * 1024) / row_bytes) / R * R);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
+        const auto* base = static_cast<const uint8_t*>(rows) + r0 * row_bytes;
+        const int64_t chunk_rows = std::min(chunk, n_rows - r0);
+        for (int64_t c = 0; c < n_cols;) {
+            const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks,
+                                 x.offsets + c * x.n_blocks * 8, x.n_blocks};
+            float* out = y + c * y_stride + r0;
+            auto pass = [&]<int Cols, bool Prefetch>() {
+                int64_t r = 0;
+                for (; r + R <= chunk_rows; r += R)
+                    tile<Products, F, R, Cols, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+                for (; r < chunk_rows; ++r)
+                    tile<Products, F, 1, Cols, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+            };
+            const int64_t step = n_cols - c >= C ? C : 1;
+            if (step == C) c == 0 ? pass.template operator()<C, true>() : pass.template operator()<C, false>();
+            else c == 0 ? pass.template operator()<1, true>() : pass.template operator()<1, false>();
+            c += step;
         }
     }
 }
