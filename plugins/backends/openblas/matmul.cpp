@@ -108,6 +108,12 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
         float* row = sized(s.panels[static_cast<size_t>(thread)], k);
         const int64_t r1 = std::min(m, (task + 1) * per_task);
         for (int64_t r = task * per_task; r < r1; ++r) {
+            if (w.type == CELLM_TYPE_F16) {
+                // Halves widen inside the dot product (F16C); the same sums as expanding the row first.
+                const auto* halves = reinterpret_cast<const uint16_t*>(w.data) + r * k;
+                for (int64_t c = 0; c < n; ++c) y.f32()[c * m + r] = kernels().dot_f16(rounded + c * k, halves, k);
+                continue;
+            }
             expand_rows(w, r, r + 1, row);
             for (int64_t c = 0; c < n; ++c) y.f32()[c * m + r] = kernels().dot_f32(row, rounded + c * k, k);
         }
