@@ -185,21 +185,12 @@ void attention(const Context& c) {
             const float* qh = q_rounded;
             blocks::round_activations(k_pool.type, q.f32() + (t * a.n_head + h) * a.head_dim, q_rounded, a.head_dim);
             const int64_t kv_offset = a.kv_offset(h);
-            float best = -INFINITY;
-            for (int64_t j = first; j <= last; ++j) {
-                float s = a.scale * dot(qh, pool_segment(k_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row), a.head_dim);
-                if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
-                scores[j - first] = s;
-                best = std::max(best, s);
-            }
-            float sum = 0.0f;
-            for (int64_t j = first; j <= last; ++j) {
-                scores[j - first] = std::exp(scores[j - first] - best);
-                sum += scores[j - first];
-            }
+            for (int64_t j = first; j <= last; ++j)
+                scores[j - first] = dot(qh, pool_segment(k_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row), a.head_dim);
+            attention_weights(a, scores, last - first + 1);
             std::fill(acc, acc + a.head_dim, 0.0f);
             for (int64_t j = first; j <= last; ++j) {
-                float w = scores[j - first] / sum;
+                float w = scores[j - first];
                 blocks::round_activations(v_pool.type, &w, &w, 1);
                 const float* v = pool_segment(v_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row);
                 for (int64_t d = 0; d < a.head_dim; ++d) acc[d] += w * v[d];
@@ -210,6 +201,22 @@ void attention(const Context& c) {
 }
 
 }  // namespace
+
+void attention_weights(const AttentionShape& a, float* scores, int64_t n) {
+    float best = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+        float s = a.scale * scores[j];
+        if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
+        scores[j] = s;
+        best = std::max(best, s);
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+        scores[j] = std::exp(scores[j] - best);
+        sum += scores[j];
+    }
+    for (int64_t j = 0; j < n; ++j) scores[j] /= sum;
+}
 
 AttentionShape check_attention(Plan& plan, int32_t index) {
     const Context c{plan, index, plan.nodes[static_cast<size_t>(index)]};

@@ -43,6 +43,11 @@ struct AttentionShape {
     int64_t kv_offset(int64_t h) const { return (h / group) * head_dim; }
 };
 
+// Turns the q . k dot products of one token and head (positions first..last, n of them) into ATTENTION's weights,
+// in place: scaled, soft-capped when softcap > 0, then softmax (exp(s - max) / sum). Every CPU backend calls it,
+// so their weights are bit-equal to the reference's; rounding them for the V pool is the caller's part.
+void attention_weights(const AttentionShape& a, float* scores, int64_t n);
+
 // Checks node `index` (an ATTENTION node whose inputs are bound); throws plugin::Failure naming the bad entry.
 AttentionShape check_attention(Plan& plan, int32_t index);
 

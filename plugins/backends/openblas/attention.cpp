@@ -5,7 +5,6 @@
 #include "reference_kernels.hpp"
 
 #include <algorithm>
-#include <cmath>
 
 namespace cellm::openblas {
 
@@ -46,19 +45,8 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         float* qr = scratch.query[static_cast<size_t>(thread)].data();
         // Rounded as the reference rounds MATMUL operands: q to the K pool's type, each weight to V's.
         round(k_pool.type, q.f32() + task * a.head_dim, qr, a.head_dim);
-        float best = -INFINITY;
-        for (int64_t j = first; j <= last; ++j) {
-            float s = a.scale * key(a.slot(t, j), offset, qr);
-            if (a.softcap > 0.0f) s = a.softcap * std::tanh(s / a.softcap);
-            scores[j - first] = s;
-            best = std::max(best, s);
-        }
-        float sum = 0.0f;
-        for (int64_t j = first; j <= last; ++j) {
-            scores[j - first] = std::exp(scores[j - first] - best);
-            sum += scores[j - first];
-        }
-        for (int64_t j = first; j <= last; ++j) scores[j - first] /= sum;
+        for (int64_t j = first; j <= last; ++j) scores[j - first] = key(a.slot(t, j), offset, qr);
+        cpu::attention_weights(a, scores, last - first + 1);
         round(v_pool.type, scores, scores, last - first + 1);
         float* out = node.f32() + task * a.head_dim;
         std::fill(out, out + a.head_dim, 0.0f);
