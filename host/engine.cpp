@@ -9,6 +9,7 @@ namespace cellm {
 
 namespace {
 constexpr size_t max_cached_graphs = 16;
+constexpr int64_t max_slots = int64_t{1} << 28;
 }
 
 Engine::Engine(const Model& model, Backend& backend, const EngineOptions& options)
@@ -16,45 +17,177 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
     if (options.context_length < 1 || options.context_length > (1 << 24)) {
         throw Error("context length must be between 1 and 16777216 tokens");
     }
-    if (options.max_sequences < 1 || static_cast<int64_t>(options.context_length) * options.max_sequences > (1 << 28)) {
-        throw Error("the KV cache would hold more than 2^28 token slots");
-    }
     if (options.block_size < 1 || !std::has_single_bit(static_cast<uint32_t>(options.block_size))) {
         throw Error("KV block size must be a power of two");
     }
+    if (options.max_sequences < 1) throw Error("the engine needs room for at least one sequence");
+    int64_t n_blocks = 0;
+    if (options.kv_memory > 0) {
+        const uint64_t block_bytes = KvCache::bytes_per_token(model.info(), options.kv_type) *
+                                     static_cast<uint64_t>(options.block_size);
+        n_blocks = static_cast<int64_t>(options.kv_memory / block_bytes);
+        if (n_blocks < 1) {
+            throw Error("the KV memory budget of " + std::to_string(options.kv_memory) + " bytes holds no block of " +
+                        std::to_string(block_bytes) + " bytes");
+        }
+    } else {
+        const int64_t blocks_per_sequence = (options.context_length + options.block_size - 1) / options.block_size;
+        n_blocks = blocks_per_sequence * options.max_sequences;
+    }
+    if (n_blocks * options.block_size > max_slots) throw Error("the KV cache would hold more than 2^28 token slots");
     weights_ = std::make_unique<WeightStore>(backend, model.file().view());
-    const int32_t blocks_per_sequence = (options.context_length + options.block_size - 1) / options.block_size;
-    kv_ = std::make_unique<KvCache>(backend, model.info(), blocks_per_sequence * options.max_sequences,
-                                    options.block_size, options.kv_type);
+    kv_ = std::make_unique<KvCache>(backend, model.info(), static_cast<int32_t>(n_blocks), options.block_size,
+                                    options.kv_type);
     // Build the decode graph now, so a backend that cannot run this model says so before any prompt.
     graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size});
 }
 
 Engine::~Engine() = default;
 
+Engine::Sequence& Engine::live_sequence(int32_t sequence) {
+    if (sequence < 0 || static_cast<size_t>(sequence) >= sequences_.size() || !sequences_[static_cast<size_t>(sequence)].live) {
+        throw Error("sequence " + std::to_string(sequence) + " does not exist");
+    }
+    return sequences_[static_cast<size_t>(sequence)];
+}
+
+const Engine::Sequence& Engine::live_sequence(int32_t sequence) const {
+    return const_cast<Engine*>(this)->live_sequence(sequence);
+}
+
 int32_t Engine::create_sequence() {
     for (size_t i = 0; i < sequences_.size(); ++i) {
         if (!sequences_[i].live) {
-            sequences_[i] = Sequence{true, 0, {}};
+            sequences_[i] = Sequence{};
+            sequences_[i].live = true;
             return static_cast<int32_t>(i);
         }
     }
-    sequences_.push_back(Sequence{true, 0, {}});
+    sequences_.emplace_back().live = true;
     return static_cast<int32_t>(sequences_.size() - 1);
 }
 
 void Engine::release_sequence(int32_t sequence) {
-    Sequence& s = sequences_.at(static_cast<size_t>(sequence));
-    kv_->shrink(s.pages, 0);
+    Sequence& s = live_sequence(sequence);
+    shrink(s, 0);
     s = Sequence{};
 }
 
-int32_t Engine::sequence_length(int32_t sequence) const { return sequences_.at(static_cast<size_t>(sequence)).length; }
+int32_t Engine::fork_sequence(int32_t sequence) {
+    const int32_t child = create_sequence();
+    Sequence& c = sequences_[static_cast<size_t>(child)];
+    c = live_sequence(sequence);
+    for (int32_t b : c.pages.blocks) kv_->pool().retain(b);
+    return child;
+}
+
+int32_t Engine::sequence_length(int32_t sequence) const { return live_sequence(sequence).length; }
+
+std::span<const int32_t> Engine::sequence_tokens(int32_t sequence) const { return live_sequence(sequence).tokens; }
 
 void Engine::truncate(int32_t sequence, int32_t n) {
-    Sequence& s = sequences_.at(static_cast<size_t>(sequence));
+    Sequence& s = live_sequence(sequence);
     s.length = std::clamp(n, 0, s.length);
-    kv_->shrink(s.pages, s.length);
+    shrink(s, s.length);
+}
+
+int32_t Engine::reuse_prefix(int32_t sequence, std::span<const int32_t> prompt) {
+    Sequence& s = live_sequence(sequence);
+    if (s.length != 0) throw Error("only an empty sequence can start from the prefix cache");
+    if (!options_.prefix_cache || prompt.empty()) return 0;
+    const auto bs = static_cast<size_t>(options_.block_size);
+    BlockPool& pool = kv_->pool();
+    // The last prompt token is always computed, so its logits exist.
+    for (size_t start = 0; start + bs <= prompt.size() - 1; start += bs) {
+        const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), prompt.data() + start,
+                                          options_.block_size);
+        const int32_t block = pool.acquire_cached(hash);
+        if (block < 0) break;
+        s.pages.blocks.push_back(block);
+        s.hashes.push_back(hash);
+        s.tokens.insert(s.tokens.end(), prompt.begin() + static_cast<ptrdiff_t>(start),
+                        prompt.begin() + static_cast<ptrdiff_t>(start + bs));
+    }
+    s.length = static_cast<int32_t>(s.tokens.size());
+    prefix_hit_tokens_ += s.length;
+    prefix_hit_blocks_ += static_cast<int64_t>(s.pages.blocks.size());
+    return s.length;
+}
+
+int32_t Engine::blocks_needed(int32_t sequence, int32_t n_tokens) const {
+    const Sequence& s = live_sequence(sequence);
+    const int32_t bs = options_.block_size;
+    const int32_t have = static_cast<int32_t>(s.pages.blocks.size());
+    const int32_t need = (s.length + n_tokens + bs - 1) / bs;
+    const bool copy = s.length % bs != 0 && kv_->pool().references(s.pages.blocks.back()) > 1;
+    return std::max(0, need - have) + (copy ? 1 : 0);
+}
+
+bool Engine::reserve(Sequence& s, int32_t n_positions) {
+    BlockPool& pool = kv_->pool();
+    const int32_t bs = options_.block_size;
+    if (s.length % bs != 0) {
+        // The next token lands in the last block, which must become this sequence's own before it changes.
+        int32_t& last = s.pages.blocks.back();
+        if (pool.references(last) > 1) {
+            const int32_t copy = pool.allocate();
+            if (copy < 0) return false;
+            kv_->copy_block(last, copy);
+            pool.release(last);
+            last = copy;
+            ++copied_blocks_;
+        } else {
+            pool.unpublish(last);
+        }
+    }
+    const size_t needed = static_cast<size_t>((n_positions + bs - 1) / bs);
+    const size_t had = s.pages.blocks.size();
+    while (s.pages.blocks.size() < needed) {
+        const int32_t b = pool.allocate();
+        if (b < 0) {
+            while (s.pages.blocks.size() > had) {
+                pool.release(s.pages.blocks.back());
+                s.pages.blocks.pop_back();
+            }
+            return false;
+        }
+        s.pages.blocks.push_back(b);
+    }
+    return true;
+}
+
+void Engine::shrink(Sequence& s, int32_t n_positions) {
+    const int32_t bs = options_.block_size;
+    const size_t needed = static_cast<size_t>((n_positions + bs - 1) / bs);
+    while (s.pages.blocks.size() > needed) {
+        kv_->pool().release(s.pages.blocks.back());
+        s.pages.blocks.pop_back();
+    }
+    s.tokens.resize(std::min(s.tokens.size(), static_cast<size_t>(n_positions)));
+    s.hashes.resize(std::min(s.hashes.size(), static_cast<size_t>(n_positions / bs)));
+}
+
+void Engine::publish_full_blocks(Sequence& s) {
+    if (!options_.prefix_cache) return;
+    const int32_t bs = options_.block_size;
+    for (auto i = static_cast<int32_t>(s.hashes.size()); i < s.length / bs; ++i) {
+        const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), s.tokens.data() + i * bs, bs);
+        kv_->pool().publish(s.pages.blocks[static_cast<size_t>(i)], hash);
+        s.hashes.push_back(hash);
+    }
+}
+
+KvStats Engine::kv_stats() const {
+    const BlockPool& pool = kv_->pool();
+    KvStats st;
+    st.blocks = pool.n_blocks();
+    st.free = pool.n_free();
+    st.used = st.blocks - st.free;
+    st.cached = pool.n_cached();
+    st.prefix_hit_tokens = prefix_hit_tokens_;
+    st.prefix_hit_blocks = prefix_hit_blocks_;
+    st.copied_blocks = copied_blocks_;
+    return st;
 }
 
 StepGraph& Engine::graph_for(const cellm_batch_shape& shape) {
@@ -81,15 +214,12 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
     int32_t n_tokens = 0, n_outputs = 0, max_blocks = 1;
     for (size_t i = 0; i < work.size(); ++i) {
         const Work& w = work[i];
-        if (w.sequence < 0 || static_cast<size_t>(w.sequence) >= sequences_.size() || !sequences_[static_cast<size_t>(w.sequence)].live) {
-            throw Error("sequence " + std::to_string(w.sequence) + " does not exist");
-        }
+        const Sequence& s = live_sequence(w.sequence);
         for (size_t j = 0; j < i; ++j) {
             if (work[j].sequence == w.sequence) {
                 throw Error("sequence " + std::to_string(w.sequence) + " appears twice in one step");
             }
         }
-        const Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
         if (w.tokens.empty()) throw Error("a step item needs at least one token");
         const int32_t end = s.length + static_cast<int32_t>(w.tokens.size());
         if (end > options_.context_length) {
@@ -107,17 +237,17 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
     // Round the table width up so a growing sequence reuses the same prepared graph for a while.
     max_blocks = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(max_blocks)));
 
-    // Reserve KV blocks for every item first. Whatever fails from here on gives the blocks back, so a failed
-    // step leaves every sequence as it was.
+    // Reserve KV blocks for every item first. Whatever fails from here on gives the new blocks back, so a
+    // failed step leaves every sequence's tokens as they were.
     auto release_reserved = [&] {
         for (const Work& w : work) {
             Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
-            kv_->shrink(s.pages, s.length);
+            shrink(s, s.length);
         }
     };
     for (const Work& w : work) {
         Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
-        if (!kv_->reserve(s.pages, s.length + static_cast<int32_t>(w.tokens.size()))) {
+        if (!reserve(s, s.length + static_cast<int32_t>(w.tokens.size()))) {
             release_reserved();
             throw Error("the KV cache is full");
         }
@@ -128,12 +258,16 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
         release_reserved();
         throw;
     }
-    for (const Work& w : work) sequences_[static_cast<size_t>(w.sequence)].length += static_cast<int32_t>(w.tokens.size());
+    for (const Work& w : work) {
+        Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+        s.length += static_cast<int32_t>(w.tokens.size());
+        s.tokens.insert(s.tokens.end(), w.tokens.begin(), w.tokens.end());
+        publish_full_blocks(s);
+    }
 }
 
 void Engine::run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
                       std::vector<float>& logits) {
-
     for (auto& v : inputs_) v.clear();
     auto& tokens = inputs_[CELLM_INPUT_TOKENS];
     auto& positions = inputs_[CELLM_INPUT_POSITIONS];

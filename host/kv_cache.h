@@ -1,8 +1,8 @@
-// The paged KV cache: a pool of fixed-size blocks of token slots, shared by every sequence, and the page
-// table that maps a sequence's positions to blocks. K and V of every layer live in one backend buffer.
+// The paged KV cache's storage: K and V of every layer for every block of the pool, in one backend buffer.
 #pragma once
 
 #include "backend.h"
+#include "block_pool.h"
 
 #include <cellm/arch.h>
 
@@ -11,31 +11,6 @@
 #include <vector>
 
 namespace cellm {
-
-// Hands out block ids from a free list. Blocks carry a reference count so that sequences can share them
-// (prefix reuse, forks); a block returns to the free list when its last holder releases it.
-class BlockPool {
-public:
-    explicit BlockPool(int32_t n_blocks);
-    // A free block with one reference, or -1 when none is left.
-    int32_t allocate();
-    void retain(int32_t block);
-    void release(int32_t block);
-    int32_t n_blocks() const { return static_cast<int32_t>(refs_.size()); }
-    int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
-
-private:
-    std::vector<int32_t> free_;  // used as a stack: the most recently freed block is reused first
-    std::vector<int32_t> refs_;
-};
-
-// One sequence's blocks in position order.
-struct PageTable {
-    std::vector<int32_t> blocks;
-    int32_t slot(int32_t position, int32_t block_size) const {
-        return blocks[static_cast<size_t>(position / block_size)] * block_size + position % block_size;
-    }
-};
 
 class KvCache {
 public:
@@ -49,21 +24,21 @@ public:
     cellm_dtype type() const { return type_; }
     uint64_t bytes() const { return buffer_->size(); }
     // Bytes one token occupies across all layers, K and V.
-    uint64_t bytes_per_token() const;
+    uint64_t bytes_per_token() const { return bytes_per_token(arch_, type_); }
+    static uint64_t bytes_per_token(const cellm_arch_info& arch, cellm_dtype type);
 
-    // Grows `table` so it covers positions [0, n_positions). Returns false (leaving it unchanged) when the
-    // pool runs out.
-    bool reserve(PageTable& table, int32_t n_positions);
-    // Releases the blocks that positions >= n_positions no longer need.
-    void shrink(PageTable& table, int32_t n_positions);
+    // Copies every layer's keys and values of block `from` into block `to` (copy-on-write of a shared block).
+    void copy_block(int32_t from, int32_t to);
 
 private:
+    Backend* backend_;
     cellm_arch_info arch_;
     int32_t block_size_;
     cellm_dtype type_;
     int64_t n_slots_;
     BlockPool pool_;
     std::unique_ptr<DeviceBuffer> buffer_;
+    std::vector<uint8_t> scratch_;  // one block of one pool, on its way through host memory
 };
 
 }  // namespace cellm

@@ -27,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::string_view chat_templates[] = {"auto", "chatml", "llama3", "gemma", "plain"};
+constexpr std::string_view kv_types[] = {"f32", "f16", "q8"};
 
 std::string_view type_name(toml::node_type type) {
     switch (type) {
@@ -124,6 +125,13 @@ public:
         if (!std::isfinite(value) || !valid(value))
             fail(node->source(), key_path(key), fmt::format("{}, got {}", requirement, value));
         out = static_cast<float>(value);
+    }
+
+    void boolean(std::string_view key, bool& out) const {
+        const toml::node* node = find(key);
+        if (node == nullptr) return;
+        if (!node->is_boolean()) wrong_type(*node, key_path(key), "a boolean");
+        out = node->as_boolean()->get();
     }
 
     // Returns the string's node (for later errors about its content), or nullptr when absent.
@@ -231,9 +239,16 @@ void read_backend(const Section& root, BackendConfig& backend) {
 
 void read_context(const Section& root, ContextConfig& context) {
     const Section section = root.section("context");
-    section.reject_unknown({"length", "block_size"});
+    section.reject_unknown({"length", "block_size", "kv_type", "kv_memory_mib", "prefix_cache"});
     section.integer("length", context.length, [](int64_t v) { return v >= 1; }, "must be at least 1");
     section.integer("block_size", context.block_size, is_power_of_two_up_to_256, "must be a power of two from 1 to 256");
+    if (const toml::node* node = section.string("kv_type", context.kv_type);
+        node != nullptr && std::find(std::begin(kv_types), std::end(kv_types), context.kv_type) == std::end(kv_types))
+        section.fail(node->source(), "context.kv_type",
+                     fmt::format("unknown KV type '{}' (expected one of: {})", context.kv_type, fmt::join(kv_types, ", ")));
+    section.integer("kv_memory_mib", context.kv_memory_mib, [](int64_t v) { return v >= 1 && v <= (1 << 20); },
+                    "must be from 1 to 1048576");
+    section.boolean("prefix_cache", context.prefix_cache);
 }
 
 uint64_t random_seed() {

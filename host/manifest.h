@@ -31,6 +31,9 @@ struct BackendConfig {
 struct ContextConfig {
     int32_t length = 2048;    // tokens per sequence
     int32_t block_size = 16;  // KV-cache block size in tokens, a power of two in 1..256
+    std::string kv_type = "f16";  // f32 | f16 | q8
+    int32_t kv_memory_mib = 0;    // KV pool size; 0: one full context per session the manifest runs at once
+    bool prefix_cache = true;     // reuse cached blocks of an identical prompt prefix
 };
 
 // How one sequence is generated. [sampling] gives the defaults; a per-session table may later override them.

@@ -14,6 +14,13 @@ OptionList backend_options(const BackendConfig& config) {
     return options;
 }
 
+cellm_dtype kv_type(const std::string& name) {
+    if (name == "f32") return CELLM_TYPE_F32;
+    if (name == "f16") return CELLM_TYPE_F16;
+    if (name == "q8") return CELLM_TYPE_I8;
+    throw Error("unknown KV type '" + name + "' (expected f32, f16 or q8)");
+}
+
 Runtime::Runtime(const Manifest& manifest, int32_t max_sequences) : manifest_(manifest) {
     registry_.discover(manifest.plugin_paths);
     model_ = Model::load(registry_, manifest.model.path, manifest.model.format, manifest.model.arch);
@@ -27,6 +34,9 @@ Runtime::Runtime(const Manifest& manifest, int32_t max_sequences) : manifest_(ma
     options.context_length = manifest.context.length;
     options.block_size = manifest.context.block_size;
     options.max_sequences = max_sequences;
+    options.kv_memory = static_cast<uint64_t>(manifest.context.kv_memory_mib) << 20;
+    options.kv_type = kv_type(manifest.context.kv_type);
+    options.prefix_cache = manifest.context.prefix_cache;
     engine_ = std::make_unique<Engine>(*model_, *backend_, options);
 }
 

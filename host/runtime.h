@@ -33,6 +33,9 @@ private:
     std::unique_ptr<Engine> engine_;
 };
 
+// The element type of a manifest's [context].kv_type (f32, f16, q8: int8 with a scale per token and head).
+cellm_dtype kv_type(const std::string& name);
+
 // The backend options a manifest's [backend] table carries, as strings.
 OptionList backend_options(const BackendConfig& config);
 
