@@ -85,6 +85,8 @@ int32_t Engine::sequence_length(int32_t sequence) const { return live_sequence(s
 
 std::span<const int32_t> Engine::sequence_tokens(int32_t sequence) const { return live_sequence(sequence).tokens; }
 
+std::span<const int32_t> Engine::sequence_blocks(int32_t sequence) const { return live_sequence(sequence).pages.blocks; }
+
 void Engine::truncate(int32_t sequence, int32_t n) {
     Sequence& s = live_sequence(sequence);
     s.length = std::clamp(n, 0, s.length);

@@ -55,6 +55,8 @@ public:
     int32_t blocks_needed(int32_t sequence, int32_t n_tokens) const;
     // Tokens whose keys and values `sequence` holds, in order.
     std::span<const int32_t> sequence_tokens(int32_t sequence) const;
+    // Its page table: the KV blocks holding those tokens, in position order.
+    std::span<const int32_t> sequence_blocks(int32_t sequence) const;
     // Positions already in the KV cache for `sequence`.
     int32_t sequence_length(int32_t sequence) const;
     // Forgets positions >= n (they will be computed again), e.g. when a chat turn diverges from the cache.

@@ -1,13 +1,14 @@
-// The generation loop of one conversation: prefill the prompt (reusing what the KV cache already holds of
-// it), then sample, stream and feed back one token per step until an end-of-generation token, a stop
-// string, max_tokens or the context length ends it.
+// One conversation at a time, for callers that want a blocking generate(): the scheduler with a single
+// session. Each call is one turn; the KV blocks of earlier turns stay, so a conversation that grows turn by
+// turn only computes what is new.
 #pragma once
 
 #include "engine.h"
-#include "sampler.h"
+#include "scheduler.h"
 #include "tokenizer.h"
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,20 +23,7 @@ struct GenerationRequest {
     int32_t prefill_chunk = 256;  // prompt tokens per step
 };
 
-struct GenerationResult {
-    std::string text;
-    std::vector<int32_t> tokens;  // generated ids, the end-of-generation token excluded
-    int32_t prompt_tokens = 0;    // tokens of the prompt
-    int32_t reused_tokens = 0;    // of which the KV cache already held this many
-    double prefill_ms = 0;        // time spent computing the prompt
-    double ttft_ms = 0;           // from the call until the first generated token was known
-    double decode_ms = 0;         // time spent in decode steps
-    int32_t decode_steps = 0;
-    std::string finish_reason;    // "eog", "stop", "length" (max tokens) or "context"
-
-    double prefill_tok_s() const;
-    double decode_tok_s() const;
-};
+using GenerationResult = SessionResult;
 
 class Generator {
 public:
@@ -44,19 +32,18 @@ public:
     Generator(const Generator&) = delete;
     Generator& operator=(const Generator&) = delete;
 
-    // Runs one request; `on_text` receives printable text as it is produced (complete UTF-8 only, stop
-    // strings never shown).
+    // Runs one turn; `on_text` receives printable text as it is produced.
     GenerationResult generate(const GenerationRequest& request, const std::function<void(std::string_view)>& on_text);
 
     // Tokens whose keys and values are in the cache, in order.
-    const std::vector<int32_t>& cached() const { return cached_; }
+    std::vector<int32_t> cached() const;
 
 private:
     Engine& engine_;
     const Tokenizer& tokenizer_;
-    int32_t sequence_;
-    std::vector<int32_t> cached_;
-    std::vector<float> logits_;
+    std::unique_ptr<Scheduler> scheduler_;
+    int32_t prefill_chunk_ = 0;
+    SessionId session_ = -1;
 };
 
 }  // namespace cellm

@@ -163,6 +163,7 @@ public:
     }
 
     const toml::table& table() const { return table_; }
+    const std::string& file() const { return file_; }
     const std::string& name() const { return name_; }
 
 private:
@@ -256,10 +257,8 @@ uint64_t random_seed() {
     return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-void read_sampling(const Section& root, GenerationConfig& generation) {
-    const Section section = root.section("sampling");
-    section.reject_unknown({"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed",
-                            "max_tokens", "stop"});
+// The sampling keys, shared by [sampling] and each [[session]]; `generation` holds the defaults on entry.
+void read_generation(const Section& section, GenerationConfig& generation) {
     SamplingParams& p = generation.sampling;
     section.number("temperature", p.temperature, [](double v) { return v >= 0; }, "must be at least 0");
     section.integer("top_k", p.top_k, [](int64_t v) { return v >= 0; }, "must be at least 0 (0 disables)");
@@ -267,13 +266,82 @@ void read_sampling(const Section& root, GenerationConfig& generation) {
     section.number("min_p", p.min_p, [](double v) { return v >= 0 && v <= 1; }, "must be in [0, 1]");
     section.number("repeat_penalty", p.repeat_penalty, [](double v) { return v > 0; }, "must be greater than 0");
     section.integer("repeat_last_n", p.repeat_last_n, [](int64_t v) { return v >= 0; }, "must be at least 0");
-    generation.seed_given = section.find("seed") != nullptr;
-    if (!generation.seed_given) p.seed = random_seed();
+    if (section.find("seed") != nullptr) generation.seed_given = true;
     section.integer("seed", p.seed, [](int64_t v) { return v >= 0; }, "must be at least 0");
     section.integer("max_tokens", generation.max_tokens, [](int64_t v) { return v >= 1; }, "must be at least 1");
+    if (section.find("stop") != nullptr) generation.stop.clear();
     for (auto& [text, node] : section.strings("stop")) {
-        if (text.empty()) section.fail(node->source(), "sampling.stop", "stop strings must not be empty");
+        if (text.empty()) section.fail(node->source(), section.key_path("stop"), "stop strings must not be empty");
         generation.stop.push_back(std::move(text));
+    }
+}
+
+void read_sampling(const Section& root, GenerationConfig& generation) {
+    const Section section = root.section("sampling");
+    section.reject_unknown({"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "seed",
+                            "max_tokens", "stop"});
+    read_generation(section, generation);
+    if (!generation.seed_given) generation.sampling.seed = random_seed();
+}
+
+void read_scheduler(const Section& root, SchedulerConfig& scheduler) {
+    const Section section = root.section("scheduler");
+    section.reject_unknown({"token_budget", "max_running"});
+    section.integer("token_budget", scheduler.token_budget, [](int64_t v) { return v >= 1 && v <= 65536; },
+                    "must be from 1 to 65536");
+    section.integer("max_running", scheduler.max_running, [](int64_t v) { return v >= 1 && v <= 4096; },
+                    "must be from 1 to 4096");
+}
+
+void read_policy(const Section& root, PolicyConfig& policy) {
+    const Section section = root.section("policy");
+    section.reject_unknown({"max_batch", "max_tokens_per_second"});
+    section.integer("max_batch", policy.max_batch, [](int64_t v) { return v >= 0 && v <= 4096; },
+                    "must be from 0 (no cap) to 4096");
+    float rate = 0;
+    section.number("max_tokens_per_second", rate, [](double v) { return v >= 0; }, "must be at least 0 (0: no cap)");
+    policy.max_tokens_per_second = rate;
+}
+
+void read_sessions(const Section& root, const GenerationConfig& defaults, std::vector<SessionConfig>& sessions) {
+    const toml::node* node = root.find("session");
+    if (node == nullptr) return;
+    if (!node->is_array_of_tables()) root.wrong_type(*node, "session", "an array of tables ([[session]])");
+    const toml::array& array = *node->as_array();
+    for (size_t i = 0; i < array.size(); ++i) {
+        const Section section(root.file(), *array[i].as_table(), fmt::format("session[{}]", i));
+        section.reject_unknown({"name", "prompt", "priority", "chat", "temperature", "top_k", "top_p", "min_p",
+                                "repeat_penalty", "repeat_last_n", "seed", "max_tokens", "stop"});
+        SessionConfig s;
+        s.generation = defaults;
+        const toml::node* name = section.string("name", s.name);
+        if (name == nullptr) section.fail(array[i].source(), section.key_path("name"), "every session needs a name");
+        if (s.name.empty()) section.fail(name->source(), section.key_path("name"), "must not be empty");
+        for (const SessionConfig& other : sessions) {
+            if (other.name == s.name)
+                section.fail(name->source(), section.key_path("name"), fmt::format("'{}' names two sessions", s.name));
+        }
+        if (section.string("prompt", s.prompt) == nullptr)
+            section.fail(array[i].source(), section.key_path("prompt"), "every session needs a prompt");
+        if (s.prompt.empty()) section.fail(section.find("prompt")->source(), section.key_path("prompt"), "must not be empty");
+        if (const toml::node* p = section.find("priority")) {
+            if (const auto* text = p->as_string()) {
+                if (text->get() == "interactive") s.priority = 1;
+                else if (text->get() == "background") s.priority = 0;
+                else section.fail(p->source(), section.key_path("priority"),
+                                  fmt::format("unknown priority '{}' (expected interactive, background or an integer)", text->get()));
+            } else {
+                section.integer("priority", s.priority, [](int64_t v) { return v >= 0 && v <= 1000; },
+                                "must be interactive, background or an integer from 0 to 1000");
+            }
+        }
+        if (section.find("chat") != nullptr) {
+            bool chat = false;
+            section.boolean("chat", chat);
+            s.chat = chat;
+        }
+        read_generation(section, s.generation);
+        sessions.push_back(std::move(s));
     }
 }
 
@@ -309,7 +377,7 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& sour
                                 e.description()));
     }
     const Section root(file, document, "");
-    root.reject_unknown({"model", "backend", "context", "sampling", "chat", "plugins"});
+    root.reject_unknown({"model", "backend", "context", "sampling", "chat", "scheduler", "policy", "session", "plugins"});
 
     Manifest manifest;
     manifest.source = source;
@@ -319,6 +387,9 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& sour
     read_context(root, manifest.context);
     read_sampling(root, manifest.generation);
     read_chat(root, manifest.chat);
+    read_scheduler(root, manifest.scheduler);
+    read_policy(root, manifest.policy);
+    read_sessions(root, manifest.generation, manifest.sessions);
     read_plugins(root, base, manifest.plugin_paths);
     return manifest;
 }

@@ -44,6 +44,28 @@ struct GenerationConfig {
     std::vector<std::string> stop;
 };
 
+// One [[session]] table: a conversation `cellm-host run` serves beside the others. Sampling keys default to
+// [sampling]'s.
+struct SessionConfig {
+    std::string name;
+    std::string prompt;
+    GenerationConfig generation;
+    int32_t priority = 1;          // higher first; "interactive" = 1, "background" = 0
+    std::optional<bool> chat;      // wrap the prompt in the chat template; unset: when the model has one
+};
+
+// [scheduler]: how steps are filled.
+struct SchedulerConfig {
+    int32_t token_budget = 256;  // tokens per step: decode tokens plus prompt chunks
+    int32_t max_running = 8;     // sessions admitted at once
+};
+
+// [policy]: caps standing in for a small device's thermal and battery limits.
+struct PolicyConfig {
+    int32_t max_batch = 0;             // sessions per step; 0: no cap
+    double max_tokens_per_second = 0;  // generated tokens per second over all sessions; 0: no cap
+};
+
 struct ChatConfig {
     std::string template_name = "auto";        // auto | chatml | llama3 | gemma | plain
     std::optional<std::string> system_prompt;  // unset: the template's own default
@@ -56,6 +78,9 @@ struct Manifest {
     ContextConfig context;
     GenerationConfig generation;
     ChatConfig chat;
+    SchedulerConfig scheduler;
+    PolicyConfig policy;
+    std::vector<SessionConfig> sessions;
     std::vector<std::filesystem::path> plugin_paths;  // resolved like model.path, in manifest order
 };
 

@@ -31,6 +31,12 @@ Manifest ManifestOverrides::load() const {
         m.generation.seed_given = true;
     }
     if (context) m.context.length = *context;
+    // The sampling flags win over each [[session]]'s own keys too.
+    for (SessionConfig& s : m.sessions) {
+        if (max_tokens) s.generation.max_tokens = *max_tokens;
+        if (temperature) s.generation.sampling.temperature = *temperature;
+        if (seed) s.generation.sampling.seed = *seed;
+    }
     return m;
 }
 
