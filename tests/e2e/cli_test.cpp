@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 
 namespace fs = std::filesystem;
 
@@ -102,6 +103,94 @@ TEST(Cli, BenchPrintsMediansAsJson) {
     for (const char* key : {"prefill_tok_s", "decode_tok_s", "ttft_ms", "peak_rss_mb"}) EXPECT_GT(j[key].get<double>(), 0.0) << key;
     EXPECT_EQ(j["runs"].size(), 3u);
     EXPECT_LE(j["spread"]["decode_tok_s"]["min"].get<double>(), j["decode_tok_s"].get<double>());
+}
+
+const std::string three_sessions = R"([[session]]
+name = "first"
+prompt = "the cat"
+chat = false
+[[session]]
+name = "second"
+prompt = "a dog ran"
+chat = false
+max_tokens = 3
+[[session]]
+name = "third"
+prompt = "the cat sat"
+chat = false
+priority = "background"
+)";
+
+TEST(Cli, RunServesEverySessionOfTheManifest) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0), three_sessions, "sessions.toml");
+    const CommandResult r = run_host("run --manifest " + shell_quote(manifest.string()) + " --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    ASSERT_EQ(j["sessions"].size(), 3u);
+    std::vector<std::string> names;
+    for (const auto& s : j["sessions"]) {
+        names.push_back(s["name"]);
+        for (const char* key : {"text", "tokens", "ttft_ms", "decode_tok_s"}) EXPECT_TRUE(s.contains(key)) << key;
+        EXPECT_GT(s["ttft_ms"].get<double>(), 0.0);
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"first", "second", "third"}));
+    EXPECT_LE(j["sessions"][1]["tokens"].get<int>(), 3);
+    EXPECT_TRUE(j["kv"].contains("bytes_per_token"));
+
+    // Each session alone gives the text it gave among the others (greedy).
+    const fs::path single = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
+    const CommandResult alone = run_host("run --manifest " + shell_quote(single.string()) + " --prompt 'the cat sat' --raw --json");
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    EXPECT_EQ(nlohmann::json::parse(alone.out)["tokens"], j["sessions"][2]["token_ids"]);
+
+    // Streamed: every line carries its session's name, then one summary line per session on stderr.
+    const CommandResult streamed = run_host("run --manifest " + shell_quote(manifest.string()));
+    ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+    std::istringstream lines(streamed.out);
+    for (std::string line; std::getline(lines, line);) {
+        const bool named = line.starts_with("first: ") || line.starts_with("second: ") || line.starts_with("third: ");
+        EXPECT_TRUE(line.empty() || named) << "unprefixed line: " << line;
+    }
+    for (const char* name : {"first: prompt", "second: prompt", "third: prompt"}) {
+        EXPECT_NE(streamed.err.find(name), std::string::npos) << streamed.err;
+    }
+}
+
+TEST(Cli, BenchWithSessionsReportsTheAggregateAndLatencies) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q4_1));
+    const CommandResult r = run_host("bench --manifest " + shell_quote(manifest.string()) +
+                                     " --sessions 3 --prompt-tokens 12 --gen-tokens 6 --repetitions 1 --json");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["sessions"], 3);
+    for (const char* key : {"decode_tok_s", "alone_decode_tok_s", "late_ttft_ms", "alone_ttft_ms"}) {
+        EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    }
+    for (const char* key : {"ttft_ms", "inter_token_ms"}) {
+        EXPECT_GT(j[key]["p50"].get<double>(), 0.0) << key;
+        EXPECT_GE(j[key]["p95"].get<double>(), j[key]["p50"].get<double>()) << key;
+    }
+    EXPECT_GT(j["kv"]["bytes_per_token"].get<int>(), 0);
+}
+
+TEST(CliErrors, RunWithNothingToRun) {
+    const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string())), "nothing to run");
+}
+
+TEST(CliErrors, SessionThatCanNeverFitTheKvPool) {
+    // A prompt longer than what 1 MiB of KV holds for the synthetic model.
+    const fs::path probe = manifest_for(synthetic_model(CELLM_TYPE_Q8_0), three_sessions, "probe.toml");
+    const CommandResult sizes = run_host("run --manifest " + shell_quote(probe.string()) + " --json");
+    ASSERT_EQ(sizes.exit_code, 0) << sizes.err;
+    const int tokens_per_mib = (1 << 20) / nlohmann::json::parse(sizes.out)["kv"]["bytes_per_token"].get<int>();
+    std::string prompt;
+    for (int i = 0; i < tokens_per_mib + 64; ++i) prompt += "cat ";
+    const fs::path manifest = write_file(
+        "huge.toml", "[model]\npath = \"" + synthetic_model(CELLM_TYPE_Q8_0).string() +
+                         "\"\n[backend]\nname = \"scalar\"\n[context]\nlength = " + std::to_string(4 * tokens_per_mib + 1024) +
+                         "\nkv_memory_mib = 1\n[[session]]\nname = \"huge\"\nprompt = \"" + prompt + "\"\nchat = false\n");
+    expect_one_error_line(run_host("run --manifest " + shell_quote(manifest.string())), "KV blocks");
 }
 
 TEST(Cli, TokenizeAndInspect) {

@@ -247,3 +247,105 @@ TEST(Manifest, ShippedSmolLM2ManifestLoads) {
 
 }  // namespace
 }  // namespace cellm
+
+namespace cellm {
+namespace {
+
+TEST(ManifestServing, ReadsSessionsSchedulerPolicyAndKvKeys) {
+    const Manifest m = parse(model + R"([context]
+kv_type = "q8"
+kv_memory_mib = 64
+prefix_cache = false
+[sampling]
+temperature = 0.5
+seed = 7
+max_tokens = 30
+stop = ["END"]
+[scheduler]
+token_budget = 128
+max_running = 4
+[policy]
+max_batch = 2
+max_tokens_per_second = 12.5
+[[session]]
+name = "chat"
+prompt = "Hello"
+[[session]]
+name = "batch"
+prompt = "Summarise"
+priority = "background"
+temperature = 0
+max_tokens = 5
+stop = []
+chat = false
+[[session]]
+name = "numeric"
+prompt = "x"
+priority = 7
+)");
+    EXPECT_EQ(m.context.kv_type, "q8");
+    EXPECT_EQ(m.context.kv_memory_mib, 64);
+    EXPECT_FALSE(m.context.prefix_cache);
+    EXPECT_EQ(m.scheduler.token_budget, 128);
+    EXPECT_EQ(m.scheduler.max_running, 4);
+    EXPECT_EQ(m.policy.max_batch, 2);
+    EXPECT_DOUBLE_EQ(m.policy.max_tokens_per_second, 12.5);
+    ASSERT_EQ(m.sessions.size(), 3u);
+    // A session inherits [sampling] and overrides what it names.
+    EXPECT_EQ(m.sessions[0].name, "chat");
+    EXPECT_EQ(m.sessions[0].prompt, "Hello");
+    EXPECT_FLOAT_EQ(m.sessions[0].generation.sampling.temperature, 0.5f);
+    EXPECT_EQ(m.sessions[0].generation.sampling.seed, 7u);
+    EXPECT_EQ(m.sessions[0].generation.max_tokens, 30);
+    EXPECT_EQ(m.sessions[0].generation.stop, std::vector<std::string>{"END"});
+    EXPECT_EQ(m.sessions[0].priority, 1);
+    EXPECT_FALSE(m.sessions[0].chat.has_value());
+    EXPECT_FLOAT_EQ(m.sessions[1].generation.sampling.temperature, 0.0f);
+    EXPECT_EQ(m.sessions[1].generation.max_tokens, 5);
+    EXPECT_TRUE(m.sessions[1].generation.stop.empty());
+    EXPECT_EQ(m.sessions[1].priority, 0);
+    EXPECT_EQ(m.sessions[1].chat, false);
+    EXPECT_EQ(m.sessions[2].priority, 7);
+}
+
+TEST(ManifestServing, DefaultsWithoutTheNewSections) {
+    const Manifest m = parse(model);
+    EXPECT_EQ(m.context.kv_type, "f16");
+    EXPECT_EQ(m.context.kv_memory_mib, 0);
+    EXPECT_TRUE(m.context.prefix_cache);
+    EXPECT_EQ(m.scheduler.token_budget, 256);
+    EXPECT_EQ(m.scheduler.max_running, 8);
+    EXPECT_EQ(m.policy.max_batch, 0);
+    EXPECT_EQ(m.policy.max_tokens_per_second, 0.0);
+    EXPECT_TRUE(m.sessions.empty());
+}
+
+TEST(ManifestServing, RejectsBadSessionsAndLimits) {
+    const std::pair<std::string, std::string> cases[] = {
+        {"[context]\nkv_type = \"q4\"\n", "context.kv_type: unknown KV type 'q4'"},
+        {"[context]\nkv_memory_mib = 0\n", "context.kv_memory_mib: must be from 1"},
+        {"[context]\nprefix_cache = \"yes\"\n", "context.prefix_cache: expected a boolean"},
+        {"[scheduler]\ntoken_budget = 0\n", "scheduler.token_budget: must be from 1"},
+        {"[scheduler]\nmax_runing = 2\n", "did you mean 'max_running'"},
+        {"[policy]\nmax_tokens_per_second = -1\n", "policy.max_tokens_per_second: must be at least 0"},
+        {"[policy]\nmax_batch = 1.5\n", "policy.max_batch: expected an integer"},
+        {"[[session]]\nprompt = \"hi\"\n", "session[0].name: every session needs a name"},
+        {"[[session]]\nname = \"a\"\n", "session[0].prompt: every session needs a prompt"},
+        {"[[session]]\nname = \"a\"\nprompt = \"\"\n", "session[0].prompt: must not be empty"},
+        {"[[session]]\nname = \"a\"\nprompt = \"x\"\n[[session]]\nname = \"a\"\nprompt = \"y\"\n",
+         "session[1].name: 'a' names two sessions"},
+        {"[[session]]\nname = \"a\"\nprompt = \"x\"\npriority = \"urgent\"\n", "unknown priority 'urgent'"},
+        {"[[session]]\nname = \"a\"\nprompt = \"x\"\npriority = -1\n", "session[0].priority: must be interactive"},
+        {"[[session]]\nname = \"a\"\nprompt = \"x\"\ntemperature = -1\n", "session[0].temperature: must be at least 0"},
+        {"[[session]]\nname = \"a\"\nprompt = \"x\"\nstop = [\"\"]\n", "session[0].stop: stop strings must not be empty"},
+        {"[[session]]\nname = \"a\"\nprompt = \"x\"\nmodel = \"y\"\n", "session[0].model: unknown key"},
+    };
+    for (const auto& [text, needle] : cases) {
+        const std::string message = error_of(model + text);
+        EXPECT_NE(message.find(needle), std::string::npos) << "for:\n" << text << "got: " << message;
+    }
+    EXPECT_NE(error_of("session = 3\n" + model).find("session: expected an array of tables"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cellm
