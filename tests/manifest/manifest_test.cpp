@@ -308,6 +308,13 @@ priority = 7
     EXPECT_EQ(m.sessions[2].priority, 7);
 }
 
+TEST(ManifestServing, ShippedSessionsManifestLoads) {
+    const Manifest m = load_manifest(fs::path(CELLM_SOURCE_DIR) / "config/smollm2-sessions.toml");
+    ASSERT_EQ(m.sessions.size(), 3u);
+    EXPECT_EQ(m.sessions[2].priority, 0);
+    EXPECT_EQ(m.context.kv_memory_mib, 64);
+}
+
 TEST(ManifestServing, DefaultsWithoutTheNewSections) {
     const Manifest m = parse(model);
     EXPECT_EQ(m.context.kv_type, "f16");
