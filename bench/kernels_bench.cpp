@@ -78,7 +78,8 @@ const Weights& weights(cellm_dtype type, int64_t k, int64_t m) {
 
 // ---- MATMUL ----
 
-constexpr int64_t decode_columns = 1, prefill_columns = 128;
+// 8 columns: one decode step of 8 sessions batched together.
+constexpr int64_t decode_columns = 1, sessions_columns = 8, prefill_columns = 128;
 
 // One weight tensor of a model: y (m) = W (m x k) x (k) per column.
 struct MatmulShape {
@@ -164,6 +165,10 @@ void register_matmuls() {
             if (blocks::row_bytes(type, s.k) == 0) continue;
             if (s.one_thread) register_matmul(s, {type, s.k, s.m, decode_columns, 1, false});
             register_matmul(s, {type, s.k, s.m, decode_columns, 2, false});
+            if (blocks::has_q8_dot(type)) {
+                if (s.one_thread) register_matmul(s, {type, s.k, s.m, sessions_columns, 1, false});
+                register_matmul(s, {type, s.k, s.m, sessions_columns, 2, false});
+            }
             if (!s.prefill) continue;
             register_matmul(s, {type, s.k, s.m, prefill_columns, 2, false});
             // The integer tiles against expanding the weights for SGEMM, on the types models use most.
