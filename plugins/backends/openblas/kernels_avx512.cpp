@@ -7,6 +7,9 @@
 // reference while each instruction does the work of two. Tiles are R rows x 2P columns.
 #include "kernels_x86.hpp"
 
+#include <type_traits>
+#include <vector>
+
 // GCC 12's 512-bit insert and broadcast intrinsics start from a self-initialised "undefined" register, which
 // its own -Wuninitialized then reports at every use; the values are all defined.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -24,42 +27,77 @@ struct VnniProducts {
     }
 };
 
-__m512i pair(__m256i low, __m256i high) { return _mm512_inserti64x4(_mm512_zextsi256_si512(low), high, 1); }
-__m512 pair(__m256 low, __m256 high) { return _mm512_insertf32x8(_mm512_zextps256_ps512(low), high, 1); }
+// A group of 2P columns laid out the way the pair tile reads it, so that each operand is one load: for block
+// i and pair p, the two columns' 64 codes, their scales (8 lanes each) and offsets; for block i, the eight
+// columns' sums. Built once per group and row chunk, read by every tile of the chunk.
+struct PairedColumns {
+    std::vector<int8_t> codes;
+    std::vector<float> scales;
+    std::vector<int32_t> offsets;
+    std::vector<float> sums;
+    int64_t n_blocks = 0;
+
+    void pack(const Q8Columns& x, int pairs) {
+        const int64_t nb = n_blocks = x.n_blocks;
+        codes.resize(static_cast<size_t>(nb * pairs * 64));
+        scales.resize(static_cast<size_t>(nb * pairs * 16));
+        offsets.resize(static_cast<size_t>(nb * pairs * 16));
+        sums.assign(static_cast<size_t>(nb * 8), 0.0f);
+        for (int64_t i = 0; i < nb; ++i) {
+            for (int p = 0; p < pairs; ++p) {
+                const auto slot = static_cast<size_t>(i * pairs + p);
+                for (int h = 0; h < 2; ++h) {
+                    const int64_t src = (2 * p + h) * nb + i;
+                    std::memcpy(&codes[slot * 64 + static_cast<size_t>(h) * 32], x.codes + src * 32, 32);
+                    std::fill_n(&scales[slot * 16 + static_cast<size_t>(h) * 8], 8, x.scales[src]);
+                    std::memcpy(&offsets[slot * 16 + static_cast<size_t>(h) * 8], x.offsets + src * 8, 8 * sizeof(int32_t));
+                    sums[static_cast<size_t>(i * 8 + 2 * p + h)] = x.sums[src];
+                }
+            }
+        }
+    }
+};
+
+// A block's 32 codes in both halves of a 512-bit register, straight from memory: broadcast loads need no
+// shuffle unit, which the tile's other work keeps busy.
+template <class F>
+__m512i codes_twice(const uint8_t* b) {
+    if constexpr (std::is_same_v<F, x86::Q8_0>) {
+        return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
+    } else {
+        // 16 bytes of nibbles in each 128-bit lane: low nibbles are elements 0-15, high ones 16-31.
+        constexpr int offset = F::affine ? 4 : 2;
+        const __m512i packed = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + offset)));
+        const __m512i shifts = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+        const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi32(packed, shifts), _mm512_set1_epi8(0x0F));
+        return F::is_unsigned ? nibbles : _mm512_sub_epi8(nibbles, _mm512_set1_epi8(8));
+    }
+}
 
 template <class F, int R, int P, bool Prefetch>
-void pair_tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y, int64_t y_stride) {
-    constexpr int C = 2 * P;
-    static_assert(C <= 8, "the affine mins keep one lane per column in an 8-lane register");
-    const int64_t nb = x.n_blocks;
+void pair_tile(const uint8_t* rows, uint64_t row_bytes, const PairedColumns& x, float* y, int64_t y_stride) {
+    static_assert(2 * P <= 8, "the affine mins keep one lane per column in an 8-lane register");
     __m512 acc[R][P];
     __m256 mins[R];  // lane c: the running sum of min * activation block sum of column c
     for (int r = 0; r < R; ++r) {
         mins[r] = _mm256_setzero_ps();
         for (int p = 0; p < P; ++p) acc[r][p] = _mm512_setzero_ps();
     }
-    for (int64_t i = 0; i < nb; ++i) {
+    for (int64_t i = 0; i < x.n_blocks; ++i) {
         __m512i a[P], start[P];
         __m512 ax[P];
         for (int p = 0; p < P; ++p) {
-            const int64_t lo = (2 * p) * nb + i, hi = (2 * p + 1) * nb + i;
-            a[p] = pair(x86::load_codes(x.codes + lo * 32), x86::load_codes(x.codes + hi * 32));
-            ax[p] = pair(_mm256_broadcast_ss(x.scales + lo), _mm256_broadcast_ss(x.scales + hi));
-            if constexpr (!F::is_unsigned) {
-                start[p] = pair(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offsets + lo * 8)),
-                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.offsets + hi * 8)));
-            }
+            const int64_t slot = i * P + p;
+            a[p] = _mm512_loadu_si512(x.codes.data() + slot * 64);
+            ax[p] = _mm512_loadu_ps(x.scales.data() + slot * 16);
+            if constexpr (!F::is_unsigned) start[p] = _mm512_loadu_si512(x.offsets.data() + slot * 16);
         }
-        auto sum_of = [&](int c) { return c < C ? x.sums[c * nb + i] : 0.0f; };
-        const __m256 sums = F::affine ? _mm256_setr_ps(sum_of(0), sum_of(1), sum_of(2), sum_of(3), sum_of(4), sum_of(5),
-                                                       sum_of(6), sum_of(7))
-                                      : _mm256_setzero_ps();
+        const __m256 sums = F::affine ? _mm256_loadu_ps(x.sums.data() + i * 8) : _mm256_setzero_ps();
         for (int r = 0; r < R; ++r) {
             const uint8_t* b = rows + r * row_bytes + i * F::bytes;
             if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
-            __m256i w = F::codes(b);
-            if constexpr (!F::is_unsigned) w = _mm256_xor_si256(w, _mm256_set1_epi8(-128));
-            const __m512i both = _mm512_broadcast_i64x4(w);
+            __m512i both = codes_twice<F>(b);
+            if constexpr (!F::is_unsigned) both = _mm512_xor_si512(both, _mm512_set1_epi8(-128));
             const __m128 halves = x86::block_halves(b);
             const __m512 dw = _mm512_broadcastss_ps(halves);
             if constexpr (F::affine) mins[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(_mm_permute_ps(halves, 0x55)), sums, mins[r]);
@@ -101,10 +139,12 @@ void rows_dot_pairs(const void* rows, uint64_t row_bytes, int64_t n_rows, const 
                     for (; r < chunk_rows; ++r)
                         x86::tile<VnniProducts, F, 1, 1, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
                 } else {
+                    thread_local PairedColumns paired;
+                    paired.pack(cols, Pairs);
                     for (; r + R <= chunk_rows; r += R)
-                        pair_tile<F, R, Pairs, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+                        pair_tile<F, R, Pairs, Prefetch>(base + r * row_bytes, row_bytes, paired, out + r, y_stride);
                     for (; r < chunk_rows; ++r)
-                        pair_tile<F, 1, Pairs, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
+                        pair_tile<F, 1, Pairs, Prefetch>(base + r * row_bytes, row_bytes, paired, out + r, y_stride);
                 }
             };
             const int64_t left = n_cols - c;
