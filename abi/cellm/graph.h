@@ -7,13 +7,22 @@
  *
  * Leaves are of three kinds, all resolved by the host before the backend sees the graph:
  *  - CELLM_OP_WEIGHT: a model tensor; `tensor` says where it lives on the backend.
- *  - CELLM_OP_KV_CACHE: one layer's K or V pool; `tensor` says where it lives.
+ *  - CELLM_OP_KV_CACHE: one layer's K or V pool, or an I8 pool's scales; `tensor` says where it lives.
  *  - CELLM_OP_INPUT: per-step data (token ids, positions, page tables, ...) bound at execute time.
  *
  * The KV cache is paged: a pool of blocks of `block_size` token slots, shared by all sequences. Slot s of
  * a layer's K pool is row s of a [kv_dim, n_slots] tensor, and block b holds slots b*block_size ..
  * (b+1)*block_size-1. A sequence's page table lists its blocks in position order, so key position j of
  * sequence r lives in slot block_table[r][j / block_size] * block_size + j % block_size.
+ *
+ * Pools are F32, F16 or I8. An I8 pool stores int8 codes and has a companion scale pool, F32 [n_groups,
+ * n_slots] (a KV_CACHE leaf of iparams[1] = 2 for K, 3 for V): each slot's row of kv_dim values is cut into
+ * n_groups equal runs of kv_dim / n_groups consecutive values, and value i of slot s means
+ * scales[s][i / (kv_dim / n_groups)] * codes[s][i], computed in float. A group's scale is max|x| / 127 over its
+ * values and its codes are round-to-nearest-even(x / scale) clamped to [-127, 127]; a group of zeros has scale
+ * 0 and codes 0. n_groups is the host's choice (any divisor of kv_dim): backends must accept every one.
+ * The host adds the scale leaves and the sources that name them (KV_STORE, ATTENTION), so an arch builds the
+ * same graph whatever the pool type.
  */
 #ifndef CELLM_GRAPH_H
 #define CELLM_GRAPH_H
@@ -32,7 +41,8 @@ typedef enum cellm_op {
 
     /* Leaves. */
     CELLM_OP_WEIGHT = 1,   /* iparams[0]: tensor index in the model view                                   */
-    CELLM_OP_KV_CACHE = 2, /* iparams[0]: layer, iparams[1]: 0 = K, 1 = V. ne = [kv_dim, n_slots]           */
+    CELLM_OP_KV_CACHE = 2, /* iparams[0]: layer, iparams[1]: 0 = K, 1 = V. ne = [kv_dim, n_slots];
+                            * 2 = K scales, 3 = V scales of I8 pools: F32 ne = [n_groups, n_slots]          */
     CELLM_OP_INPUT = 3,    /* iparams[0]: a cellm_input_kind. I32 data, shape per kind (see below)          */
 
     /* Table lookup: out[:, i] = dequant(src0[:, src1[i]]). src0: [n, rows] any supported type,
@@ -72,13 +82,15 @@ typedef enum cellm_op {
     /* Write the new keys or values of this step into a layer's pool: for each token t, row t of src1
      * (F32 [kv_dim, n_tokens]) goes to slot src2[t] of src0 (a CELLM_OP_KV_CACHE leaf), converted to the
      * pool's type. The output aliases src0 and has its type and shape (the host fills both in, as it does for
-     * the pool leaf); later readers list this node as a source to order after it. */
+     * the pool leaf); later readers list this node as a source to order after it.
+     * An I8 pool takes its scale pool as src3 (-1 otherwise): the store writes each token's codes and scales. */
     CELLM_OP_KV_STORE = 22,
 
     /* Causal attention through the page table, multi-head with grouped KV heads.
      * src0: q F32 [head_dim, n_head, n_tokens]; src1: K pool; src2: V pool (KV_STORE nodes of this step,
      * so the new tokens are in place); src3: block table I32 [max_blocks, n_seqs]; src4: token's sequence
-     * row I32 [n_tokens]; src5: positions I32 [n_tokens].
+     * row I32 [n_tokens]; src5: positions I32 [n_tokens]; src6, src7: the scale pools (KV_CACHE leaves) of an
+     * I8 K pool and an I8 V pool, -1 for the other types.
      * Token t (sequence r = src4[t], position p = src5[t]) attends to key positions j with
      * max(0, p - window + 1) <= j <= p of sequence r.
      * iparams: [0] n_head, [1] n_head_kv, [2] head_dim, [3] block_size, [4] window (0 = unlimited).

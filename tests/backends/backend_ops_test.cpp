@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -200,7 +201,8 @@ struct Instance {
 
     // A leaf whose data (already in `type`'s layout) is uploaded into a fresh buffer.
     int32_t leaf(cellm_op op, cellm_dtype type, int64_t ne0, int64_t ne1, const void* data) {
-        const uint64_t bytes = cellm::blocks::row_bytes(type, ne0) * static_cast<uint64_t>(ne1);
+        const auto row_bytes = static_cast<uint64_t>(cellm_dtype_type_size(type) * (ne0 / cellm_dtype_block_size(type)));
+        const uint64_t bytes = row_bytes * static_cast<uint64_t>(ne1);
         cellm_buffer* buf = nullptr;
         EXPECT_EQ(message(be->buffer_alloc(backend, bytes, CELLM_BUFFER_WEIGHTS, &buf)), "");
         buffers.push_back(buf);
@@ -216,7 +218,7 @@ struct Instance {
         t.ne[1] = ne1;
         t.ne[2] = t.ne[3] = 1;
         t.nb[0] = cellm_dtype_type_size(type);
-        t.nb[1] = static_cast<int64_t>(cellm::blocks::row_bytes(type, ne0));
+        t.nb[1] = static_cast<int64_t>(row_bytes);
         t.buffer = buf;
         return i;
     }
@@ -287,6 +289,28 @@ void expect_identical(const std::vector<float>& got, const std::vector<float>& w
         ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
             << what << " element " << i << ": " << got[i] << " vs " << want[i];
 }
+
+// ---- The I8 KV encoding (graph.h) ----
+
+// Rows of an I8 pool and its scale pool, encoded as graph.h words it: per group of `width` values, scale
+// max|x| / 127 and codes x / scale rounded to nearest even; a group of zeros is scale 0, codes 0.
+struct Int8Rows {
+    std::vector<int8_t> codes;
+    std::vector<float> scales;
+
+    Int8Rows(const std::vector<float>& x, int64_t width) : codes(x.size()), scales(x.size() / size_t(width)) {
+        for (size_t g = 0; g < scales.size(); ++g) {
+            float amax = 0;
+            for (int64_t i = 0; i < width; ++i) amax = std::max(amax, std::fabs(x[g * size_t(width) + size_t(i)]));
+            scales[g] = amax / 127.0f;
+            for (int64_t i = 0; i < width; ++i) {
+                const size_t k = g * size_t(width) + size_t(i);
+                codes[k] = amax == 0 ? int8_t{0} : static_cast<int8_t>(std::nearbyint(x[k] / scales[g]));
+            }
+        }
+    }
+    float value(size_t i, int64_t width) const { return scales[i / size_t(width)] * float(codes[i]); }
+};
 
 // ---- MATMUL's definition ----
 
@@ -359,9 +383,10 @@ struct MatmulCase {
 
 // ---- A decoder step over a paged KV cache ----
 
-// Token embeddings (GET_ROWS), Q/K/V projections, RoPE, KV_STORE into an F32 K pool and an F16 V pool, causal
-// ATTENTION with GQA, an output projection and F16 logits: 96 tokens of two sequences, a prefill-sized batch that a
-// threaded backend spreads every op of. Its inputs are the runtime data a serving step varies.
+// Token embeddings (GET_ROWS), Q/K/V projections, RoPE, KV_STORE into an F32 K pool and an F16 V pool (or two I8
+// pools: K with a scale per head, V per half head), causal ATTENTION with GQA, an output projection and F16 logits:
+// 96 tokens of two sequences, a prefill-sized batch that a threaded backend spreads every op of. Its inputs are the
+// runtime data a serving step varies.
 struct Step {
     static constexpr int64_t d_model = 256, n_head = 8, n_kv_head = 2, head_dim = 32, kv_dim = n_kv_head * head_dim,
                              vocab = 40, n_tokens = 96;
@@ -398,7 +423,7 @@ struct Step {
         return in;
     }
 
-    static Step build(Instance& g) {
+    static Step build(Instance& g, bool int8_kv = false) {
         Step s{};
         s.tokens = g.input(CELLM_INPUT_TOKENS, {n_tokens});
         s.positions = g.input(CELLM_INPUT_POSITIONS, {n_tokens});
@@ -424,13 +449,25 @@ struct Step {
 
         const std::vector<float> k_pool = random_floats(static_cast<size_t>(kv_dim * n_slots), 34, 2.0f);
         const std::vector<float> v_values = random_floats(static_cast<size_t>(kv_dim * n_slots), 35);
-        std::vector<uint16_t> v_pool(v_values.size());
-        std::transform(v_values.begin(), v_values.end(), v_pool.begin(), cellm::blocks::fp32_to_fp16);
-        const int32_t kc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim, n_slots, k_pool.data());
-        const int32_t vc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, kv_dim, n_slots, v_pool.data());
-        const int32_t ks = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_F32, {kv_dim, n_slots}, {kc, k, s.slots});
-        const int32_t vs = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_F16, {kv_dim, n_slots}, {vc, v, s.slots});
-        s.attention = g.add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {d_model, n_tokens}, {q, ks, vs, s.table, s.seqs, s.positions},
+        int32_t ks = -1, vs = -1, k_scales = -1, v_scales = -1;
+        if (int8_kv) {
+            const Int8Rows k8(k_pool, head_dim), v8(v_values, head_dim / 2);
+            const int32_t kc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_I8, kv_dim, n_slots, k8.codes.data());
+            const int32_t vc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_I8, kv_dim, n_slots, v8.codes.data());
+            k_scales = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, n_kv_head, n_slots, k8.scales.data());
+            v_scales = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, 2 * n_kv_head, n_slots, v8.scales.data());
+            ks = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_I8, {kv_dim, n_slots}, {kc, k, s.slots, k_scales});
+            vs = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_I8, {kv_dim, n_slots}, {vc, v, s.slots, v_scales});
+        } else {
+            std::vector<uint16_t> v_pool(v_values.size());
+            std::transform(v_values.begin(), v_values.end(), v_pool.begin(), cellm::blocks::fp32_to_fp16);
+            const int32_t kc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim, n_slots, k_pool.data());
+            const int32_t vc = g.leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, kv_dim, n_slots, v_pool.data());
+            ks = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_F32, {kv_dim, n_slots}, {kc, k, s.slots});
+            vs = g.add(CELLM_OP_KV_STORE, CELLM_TYPE_F16, {kv_dim, n_slots}, {vc, v, s.slots});
+        }
+        s.attention = g.add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {d_model, n_tokens},
+                            {q, ks, vs, s.table, s.seqs, s.positions, k_scales, v_scales},
                             {n_head, n_kv_head, head_dim, block_size, 0}, {1.0f / std::sqrt(float(head_dim)), 0.0f});
         g.nodes[static_cast<size_t>(s.attention)].name = "blk.0.attn";
         s.projected = project(CELLM_TYPE_Q4_1, d_model, 36, s.attention);
@@ -705,6 +742,124 @@ TEST_P(BackendOps, PagedAttention) {
     EXPECT_NE(execute({{tb, table}, {sq, seq}, {ps, pos}, {sl, far}}).find("slot 16"), std::string::npos);
 }
 
+// I8 pools (graph.h): KV_STORE writes codes and scales exactly as the encoding says, a group of zeros included,
+// and ATTENTION reads scale * code with q and the weights left as they are. K has a scale per head, V one per pair
+// of values: a backend takes any group width that divides the row.
+TEST_P(BackendOps, Int8PagedAttention) {
+    const int32_t n_head = 4, n_kv = 2, hd = 8, bs = 2, n_slots = 8, max_blocks = 2;
+    const int32_t kv_dim = n_kv * hd, k_width = hd, v_width = 2;
+    const float scale = 0.5f;
+    // One sequence in blocks 3 and 1: positions 0..1 are in the cache, this step stores 2..3.
+    const std::vector<int32_t> table{3, 1}, seq{0, 0}, pos{2, 3};
+    auto slot_of = [&](int j) { return table[size_t(j / bs)] * bs + j % bs; };
+    const int nt = 2;
+    std::vector<float> k_all = random_floats(size_t(n_slots) * kv_dim, 20, 2.0f), v_all = random_floats(size_t(n_slots) * kv_dim, 21);
+    const Int8Rows k_old(k_all, k_width), v_old(v_all, v_width);
+    const int32_t kc = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_I8, kv_dim, n_slots, k_old.codes.data());
+    const int32_t vc = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_I8, kv_dim, n_slots, v_old.codes.data());
+    const int32_t kscales = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim / k_width, n_slots, k_old.scales.data());
+    const int32_t vscales = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim / v_width, n_slots, v_old.scales.data());
+
+    std::vector<float> k_new = random_floats(size_t(nt) * kv_dim, 22, 3.0f), v_new = random_floats(size_t(nt) * kv_dim, 23);
+    std::fill(k_new.begin(), k_new.begin() + hd, 0.0f);  // token 0's first K head is all zeros
+    const std::vector<float> q = random_floats(size_t(nt) * n_head * hd, 24, 2.0f);
+    const int32_t kn = f32_weight(k_new, kv_dim, nt), vn = f32_weight(v_new, kv_dim, nt), qn = f32_weight(q, hd * n_head, nt);
+    const int32_t qr = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, n_head, nt}, {qn});
+    const int32_t tb = input(CELLM_INPUT_BLOCK_TABLE, {max_blocks, 1});
+    const int32_t sq = input(CELLM_INPUT_TOKEN_SEQ, {nt});
+    const int32_t ps = input(CELLM_INPUT_POSITIONS, {nt});
+    const int32_t sl = input(CELLM_INPUT_SLOTS, {nt});
+    const int32_t ks = add(CELLM_OP_KV_STORE, CELLM_TYPE_I8, {kv_dim, n_slots}, {kc, kn, sl, kscales});
+    const int32_t vs = add(CELLM_OP_KV_STORE, CELLM_TYPE_I8, {kv_dim, n_slots}, {vc, vn, sl, vscales});
+    const int32_t at = add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {hd * n_head, nt}, {qr, ks, vs, tb, sq, ps, kscales, vscales},
+                           {n_head, n_kv, hd, bs, 0}, {scale, 0.0f});
+    ASSERT_EQ(prepare({at}), "");
+    const std::vector<int32_t> slots{slot_of(pos[0]), slot_of(pos[1])};
+    ASSERT_EQ(execute({{tb, table}, {sq, seq}, {ps, pos}, {sl, slots}}), "");
+
+    for (int t = 0; t < nt; ++t)
+        for (int d = 0; d < kv_dim; ++d) {
+            k_all[size_t(slots[t] * kv_dim + d)] = k_new[size_t(t * kv_dim + d)];
+            v_all[size_t(slots[t] * kv_dim + d)] = v_new[size_t(t * kv_dim + d)];
+        }
+    const Int8Rows k_want(k_all, k_width), v_want(v_all, v_width);
+    EXPECT_EQ(k_want.scales[size_t(slots[0] * kv_dim / k_width)], 0.0f);
+    auto stored = [&](int32_t node, auto& into) {
+        const cellm_tensor_desc& t = nodes[size_t(node)].tensor;
+        EXPECT_EQ(message(be->buffer_read(backend, t.buffer, t.offset, into.data(), into.size() * sizeof(into[0]))), "");
+    };
+    for (auto [pool, scales, want] : {std::tuple{kc, kscales, &k_want}, std::tuple{vc, vscales, &v_want}}) {
+        std::vector<int8_t> codes(want->codes.size());
+        std::vector<float> got_scales(want->scales.size());
+        stored(pool, codes);
+        stored(scales, got_scales);
+        EXPECT_EQ(codes, want->codes);
+        expect_identical(got_scales, want->scales, "scales");
+    }
+
+    std::vector<float> want(size_t(nt) * n_head * hd, 0.0f);
+    for (int t = 0; t < nt; ++t)
+        for (int h = 0; h < n_head; ++h) {
+            const int kvh = h / (n_head / n_kv);
+            std::vector<double> w;
+            for (int j = 0; j <= pos[t]; ++j) {
+                double s = 0;
+                for (int d = 0; d < hd; ++d)
+                    s += double(q[size_t((t * n_head + h) * hd + d)]) * k_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), k_width);
+                w.push_back(s * scale);
+            }
+            double mx = *std::max_element(w.begin(), w.end()), sum = 0;
+            for (double& x : w) sum += x = std::exp(x - mx);
+            for (int j = 0; j <= pos[t]; ++j)
+                for (int d = 0; d < hd; ++d)
+                    want[size_t((t * n_head + h) * hd + d)] +=
+                        float(w[size_t(j)] / sum * v_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), v_width));
+        }
+    expect_near_all(results[0], want, 1e-5f, "attention");
+}
+
+// Malformed I8 graphs come back as a status that names the node, never a crash: a store without its scale pool,
+// scales whose groups do not divide the row, scales that are not a KV_CACHE leaf, scales given to an F32 pool, and
+// attention over an I8 pool without them.
+TEST_P(BackendOps, Int8GraphErrorsNameTheNode) {
+    const int32_t kv_dim = 16, n_slots = 4, hd = 8;
+    const int32_t pool = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_I8, kv_dim, n_slots, nullptr);
+    const int32_t f32_pool = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, kv_dim, n_slots, nullptr);
+    const int32_t scales = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, 2, n_slots, nullptr);
+    const int32_t uneven = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F32, 3, n_slots, nullptr);
+    const int32_t rows = f32_weight(random_floats(kv_dim, 1), kv_dim, 1);
+    const int32_t slots = input(CELLM_INPUT_SLOTS, {1});
+    auto store = [&](int32_t p, int32_t s) {
+        const int32_t st = add(CELLM_OP_KV_STORE, nodes[size_t(p)].type, {kv_dim, n_slots}, {p, rows, slots, s});
+        const std::string m = prepare({st});
+        nodes.pop_back();
+        return m;
+    };
+    const std::string node = "node " + std::to_string(nodes.size()) + " (KV_STORE)";
+    for (const auto& [p, s, problem] : {std::tuple{pool, -1, "needs its scale pool as src[3]"},
+                                        std::tuple{pool, uneven, "n_groups must divide 16"},
+                                        std::tuple{pool, rows, "must be a KV_CACHE leaf"},
+                                        std::tuple{f32_pool, scales, "only for an I8 pool"}}) {
+        const std::string m = store(p, s);
+        EXPECT_NE(m.find(node), std::string::npos) << m;
+        EXPECT_NE(m.find(problem), std::string::npos) << m;
+    }
+    EXPECT_EQ(store(pool, scales), "");
+
+    const int32_t q = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, 2, 1}, {f32_weight(random_floats(2 * hd, 2), 2 * hd, 1)});
+    const int32_t ks = add(CELLM_OP_KV_STORE, CELLM_TYPE_I8, {kv_dim, n_slots}, {pool, rows, slots, scales});
+    const int32_t tb = input(CELLM_INPUT_BLOCK_TABLE, {2, 1});
+    const int32_t sq = input(CELLM_INPUT_TOKEN_SEQ, {1});
+    const int32_t ps = input(CELLM_INPUT_POSITIONS, {1});
+    const int32_t at = add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {2 * hd, 1}, {q, ks, ks, tb, sq, ps, -1, scales},
+                           {2, 2, hd, 2, 0}, {1.0f, 0.0f});
+    const std::string m = prepare({at});
+    EXPECT_NE(m.find("node " + std::to_string(at) + " (ATTENTION)"), std::string::npos) << m;
+    EXPECT_NE(m.find("needs its scale pool as src[6]"), std::string::npos) << m;
+    nodes[size_t(at)].src[6] = scales;
+    EXPECT_EQ(prepare({at}), "");
+}
+
 // Instances asked for one and for two threads: each reports what its backend does with the request, and both
 // compute the same bits. Output must not depend on the machine's core count (the default thread count), so how
 // a backend splits the work among threads must not change any sum.
@@ -793,19 +948,23 @@ TEST_P(BackendOps, PlanReuseMatchesFreshPlans) {
 // sums float weights in double, a fast backend in float (MatmulWithManyColumns bounds that).
 TEST_P(BackendOps, StepOnCpuMatchesScalarBitForBit) {
     if (!host_memory()) GTEST_SKIP() << "a device backend is held to the reference definitions only";
-    Instance scalar;
-    ASSERT_NE(scalar_iface(), nullptr);
-    ASSERT_EQ(scalar.open(scalar_iface()), "");
-    const Step step = Step::build(*this);
-    Step::build(scalar);
-    ASSERT_EQ(prepare(step.outputs()), "");
-    ASSERT_EQ(scalar.prepare(step.outputs()), "");
-    for (unsigned round = 0; round < 3; ++round) {
-        SCOPED_TRACE("round " + std::to_string(round));
-        ASSERT_EQ(execute(step.bindings(Step::inputs(round))), "");
-        ASSERT_EQ(scalar.execute(step.bindings(Step::inputs(round))), "");
-        expect_identical(results[0], scalar.results[0], "attention");
-        expect_identical(results[1], scalar.results[1], "projection");
+    for (bool int8_kv : {false, true}) {
+        SCOPED_TRACE(int8_kv ? "I8 pools" : "F32 and F16 pools");
+        Instance ours, scalar;
+        ASSERT_EQ(ours.open(be, 2), "");
+        ASSERT_NE(scalar_iface(), nullptr);
+        ASSERT_EQ(scalar.open(scalar_iface()), "");
+        const Step step = Step::build(ours, int8_kv);
+        Step::build(scalar, int8_kv);
+        ASSERT_EQ(ours.prepare(step.outputs()), "");
+        ASSERT_EQ(scalar.prepare(step.outputs()), "");
+        for (unsigned round = 0; round < 3; ++round) {
+            SCOPED_TRACE("round " + std::to_string(round));
+            ASSERT_EQ(ours.execute(step.bindings(Step::inputs(round))), "");
+            ASSERT_EQ(scalar.execute(step.bindings(Step::inputs(round))), "");
+            expect_identical(ours.results[0], scalar.results[0], "attention");
+            expect_identical(ours.results[1], scalar.results[1], "projection");
+        }
     }
 }
 

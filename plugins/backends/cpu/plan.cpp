@@ -49,7 +49,8 @@ std::string describe(const Plan& plan, int32_t index) {
 bool op_accepts(cellm_op op, cellm_dtype type) {
     switch (op) {
     case CELLM_OP_WEIGHT: case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: return blocks::supported(type);
-    case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16;
+    case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE:
+        return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8;
     case CELLM_OP_INPUT: return type == CELLM_TYPE_I32;
     case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
     case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
@@ -86,8 +87,8 @@ Arity arity(cellm_op op) {
     case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_GLU:
         return {2, 0};
     case CELLM_OP_ROPE: return {2, 1};
-    case CELLM_OP_KV_STORE: return {3, 0};
-    case CELLM_OP_ATTENTION: return {6, 0};
+    case CELLM_OP_KV_STORE: return {3, 1};
+    case CELLM_OP_ATTENTION: return {6, 2};
     default: return {-1, 0};
     }
 }
@@ -167,6 +168,22 @@ private:
                        shape_text(n_.ne));
     }
 
+    // Source k is the scale pool (graph.h) of `pool` when pool is I8, and absent otherwise.
+    void expect_scales(int k, const Node& pool, const std::string& pool_role) const {
+        const std::string role = "src[" + std::to_string(k) + "]";
+        if (pool.type != CELLM_TYPE_I8) {
+            expect(!has(k), role + " (scales) is only for an I8 pool, and " + pool_role + " is not one");
+            return;
+        }
+        expect(has(k), "the I8 pool " + pool_role + " needs its scale pool as " + role);
+        const Node& scales = src(k);
+        expect(scales.op == CELLM_OP_KV_CACHE, role + " (scales) must be a KV_CACHE leaf");
+        expect_type(k, CELLM_TYPE_F32, "scales");
+        expect(scales.ne[1] == pool.ne[1] && scales.ne[2] == 1 && scales.ne[3] == 1 && pool.ne[0] % scales.ne[0] == 0,
+               role + " (scales) shape " + shape_text(scales.ne) + " is not [n_groups, n_slots] for the pool " +
+                   shape_text(pool.ne) + " (n_groups must divide " + std::to_string(pool.ne[0]) + ")");
+    }
+
     void leaf() {
         const cellm_tensor_desc& t = raw_.tensor;
         expect(CELLM_HAS_FIELD(&t, cellm_tensor_desc, offset), "tensor descriptor too small");
@@ -174,14 +191,16 @@ private:
         expect(t.type == n_.type, "tensor type " + std::to_string(t.type) + " differs from node type " +
                                       std::to_string(n_.type));
         expect(Shape{t.ne[0], t.ne[1], t.ne[2], t.ne[3]} == n_.ne, "tensor shape differs from node shape");
-        const int64_t block = blocks::block_size(n_.type);
+        // The ABI's sizes, not blocks::, which knows only the weight formats (a KV pool may be I8).
+        const int64_t block = cellm_dtype_block_size(n_.type);
         expect(n_.ne[0] % block == 0, "ne[0] not a multiple of the block size " + std::to_string(block));
+        const auto row_bytes = static_cast<uint64_t>(cellm_dtype_type_size(n_.type) * (n_.ne[0] / block));
         uint64_t stride = static_cast<uint64_t>(cellm_dtype_type_size(n_.type));
         for (uint32_t d = 0; d < std::min<uint32_t>(t.n_dims, CELLM_MAX_DIMS); ++d) {
             expect(t.nb[d] == static_cast<int64_t>(stride), "tensor is not contiguous (nb[" + std::to_string(d) + "])");
             stride *= static_cast<uint64_t>(d == 0 ? n_.ne[0] / block : n_.ne[d]);
         }
-        n_.bytes = blocks::row_bytes(n_.type, n_.ne[0]) * static_cast<uint64_t>(n_.rows());
+        n_.bytes = row_bytes * static_cast<uint64_t>(n_.rows());
         expect(t.buffer != nullptr, "tensor has no buffer");
         expect(owns(backend_, t.buffer), "tensor's buffer does not belong to this backend");
         expect(t.offset <= t.buffer->size && n_.bytes <= t.buffer->size - t.offset,
@@ -290,6 +309,7 @@ private:
         expect(src(1).ne[0] == pool.ne[0] && src(1).ne[2] == 1 && src(1).ne[3] == 1,
                "new rows " + shape_text(src(1).ne) + " do not match the pool " + shape_text(pool.ne));
         expect_vector(2, src(1).ne[1], "slots");
+        expect_scales(3, pool, "src[0]");
         // The output is the pool itself; graph.h says outputs are F32, so accept that or the pool's type.
         expect(n_.type == pool.type || n_.type == CELLM_TYPE_F32, "output type differs from the pool's");
         expect(n_.ne == pool.ne, "output shape differs from the pool's");
@@ -312,6 +332,7 @@ private:
             expect(op_accepts(CELLM_OP_KV_STORE, pool.type), "KV pool type not supported");
             expect(pool.ne[0] == static_cast<int64_t>(head_dim) * n_head_kv,
                    "KV pool row of " + std::to_string(pool.ne[0]) + " is not head_dim * n_head_kv");
+            expect_scales(k + 5, pool, "src[" + std::to_string(k) + "]");
         }
         expect_type(3, CELLM_TYPE_I32, "block table");
         expect(src(3).ne[2] == 1 && src(3).ne[3] == 1, "block table must be [max_blocks, n_seqs]");

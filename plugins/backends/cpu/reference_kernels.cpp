@@ -144,6 +144,22 @@ void rope(const Context& c) {
     }
 }
 
+// One row of n floats in the I8 encoding (graph.h), groups of `width` values. NaN codes as -127 rather than
+// reaching an undefined float-to-int conversion.
+void quantize_i8(const float* x, int64_t n, int64_t width, int8_t* codes, float* scales) {
+    for (int64_t g = 0; g < n / width; ++g) {
+        const float* in = x + g * width;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < width; ++i) amax = std::max(amax, std::fabs(in[i]));
+        const float scale = amax / 127.0f;
+        scales[g] = scale;
+        for (int64_t i = 0; i < width; ++i) {
+            const float code = scale == 0.0f ? 0.0f : std::fmin(std::fmax(in[i] / scale, -127.0f), 127.0f);
+            codes[g * width + i] = static_cast<int8_t>(std::nearbyint(code));
+        }
+    }
+}
+
 void kv_store(const Context& c) {
     const Node& pool = c.node;  // aliases src0's storage
     const Node& rows = c.src(1);
@@ -154,16 +170,24 @@ void kv_store(const Context& c) {
         if (slots[t] < 0 || slots[t] >= n_slots)
             c.fail("slot " + std::to_string(slots[t]) + " of token " + std::to_string(t) + " is outside [0, " +
                    std::to_string(n_slots) + ")");
+    if (pool.type == CELLM_TYPE_I8) {
+        const Node& scales = c.src(3);
+        for (int64_t t = 0; t < n_tokens; ++t)
+            quantize_i8(rows.f32() + t * rows.ne[0], pool.ne[0], pool.ne[0] / scales.ne[0],
+                        reinterpret_cast<int8_t*>(pool.data) + slots[t] * pool.ne[0], scales.f32() + slots[t] * scales.ne[0]);
+        return;
+    }
     const uint64_t row_bytes = blocks::row_bytes(pool.type, pool.ne[0]);
     for (int64_t t = 0; t < n_tokens; ++t)
         blocks::quantize_row(pool.type, rows.f32() + t * rows.ne[0], pool.data + static_cast<uint64_t>(slots[t]) * row_bytes,
                              pool.ne[0]);
 }
 
-// Part of one pool row as floats.
-const float* pool_segment(const Node& pool, int64_t slot, int64_t offset, int64_t n, float* scratch) {
+// Part of one pool row as floats. `scales` is the scale pool of an I8 pool, nullptr for the other types.
+const float* pool_segment(const Node& pool, const Node* scales, int64_t slot, int64_t offset, int64_t n, float* scratch) {
     if (pool.type == CELLM_TYPE_F32) return pool.f32() + slot * pool.ne[0] + offset;
-    blocks::dequantize_row(pool.type, pool.data + (slot * pool.ne[0] + offset) * 2, scratch, n);
+    if (pool.type == CELLM_TYPE_I8) expand_i8(pool, *scales, slot, offset, n, scratch);
+    else blocks::dequantize_row(pool.type, pool.data + (slot * pool.ne[0] + offset) * 2, scratch, n);
     return scratch;
 }
 
@@ -171,6 +195,8 @@ void attention(const Context& c) {
     const Node& q = c.src(0);
     const Node& k_pool = c.src(1);
     const Node& v_pool = c.src(2);
+    const Node* k_scales = c.has(6) ? &c.src(6) : nullptr;
+    const Node* v_scales = c.has(7) ? &c.src(7) : nullptr;
     const AttentionShape a = check_attention(c.plan, c.index);
     float* scores = c.plan.scores.data();
     float* kv_row = c.plan.row.data();
@@ -181,18 +207,20 @@ void attention(const Context& c) {
         const int64_t first = a.first(t), last = a.position(t);
         for (int64_t h = 0; h < a.n_head; ++h) {
             // q meets the keys, and the attention weights meet the values, as MATMUL operands would: rounded to
-            // the pool's type (so an F16 cache computes what llama.cpp's F16 cache computes).
+            // the pool's type (so an F16 cache computes what llama.cpp's F16 cache computes); an F32 or I8 pool
+            // leaves them as they are.
             const float* qh = q_rounded;
             blocks::round_activations(k_pool.type, q.f32() + (t * a.n_head + h) * a.head_dim, q_rounded, a.head_dim);
             const int64_t kv_offset = a.kv_offset(h);
             for (int64_t j = first; j <= last; ++j)
-                scores[j - first] = dot(qh, pool_segment(k_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row), a.head_dim);
+                scores[j - first] =
+                    dot(qh, pool_segment(k_pool, k_scales, a.slot(t, j), kv_offset, a.head_dim, kv_row), a.head_dim);
             attention_weights(a, scores, last - first + 1);
             std::fill(acc, acc + a.head_dim, 0.0f);
             for (int64_t j = first; j <= last; ++j) {
                 float w = scores[j - first];
                 blocks::round_activations(v_pool.type, &w, &w, 1);
-                const float* v = pool_segment(v_pool, a.slot(t, j), kv_offset, a.head_dim, kv_row);
+                const float* v = pool_segment(v_pool, v_scales, a.slot(t, j), kv_offset, a.head_dim, kv_row);
                 for (int64_t d = 0; d < a.head_dim; ++d) acc[d] += w * v[d];
             }
             std::copy(acc, acc + a.head_dim, c.node.f32() + (t * a.n_head + h) * a.head_dim);
@@ -201,6 +229,13 @@ void attention(const Context& c) {
 }
 
 }  // namespace
+
+void expand_i8(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out) {
+    const int8_t* codes = reinterpret_cast<const int8_t*>(pool.data) + slot * pool.ne[0];
+    const float* row_scales = scales.f32() + slot * scales.ne[0];
+    const int64_t width = pool.ne[0] / scales.ne[0];
+    for (int64_t i = offset; i < offset + n; ++i) out[i - offset] = row_scales[i / width] * static_cast<float>(codes[i]);
+}
 
 void attention_weights(const AttentionShape& a, float* scores, int64_t n) {
     float best = -INFINITY;

@@ -48,6 +48,10 @@ struct AttentionShape {
 // so their weights are bit-equal to the reference's; rounding them for the V pool is the caller's part.
 void attention_weights(const AttentionShape& a, float* scores, int64_t n);
 
+// Values [offset, offset + n) of slot `slot` of an I8 pool whose scale pool is `scales` (graph.h), as floats:
+// scale * code, each value with its group's scale.
+void expand_i8(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out);
+
 // Checks node `index` (an ATTENTION node whose inputs are bound); throws plugin::Failure naming the bad entry.
 AttentionShape check_attention(Plan& plan, int32_t index);
 

@@ -13,6 +13,7 @@ namespace cellm::openblas {
 struct AttentionScratch {
     std::vector<std::vector<float>> scores;  // attention weights of one query
     std::vector<std::vector<float>> query;   // the query rounded to the pool's type
+    std::vector<std::vector<float>> values;  // one head's K or V values of an I8 pool, expanded
 };
 
 // Runs node `index` (ATTENTION) of `plan`; throws plugin::Failure on out-of-range runtime inputs.
