@@ -1,4 +1,5 @@
-// The paged KV cache's storage: K and V of every layer for every block of the pool, in one backend buffer.
+// The paged KV cache's storage: K and V of every layer for every block of the pool, in one backend buffer. An
+// I8 (q8) cache also holds each pool's scales (graph.h), one per token and group of scale_group values.
 #pragma once
 
 #include "backend.h"
@@ -14,20 +15,28 @@ namespace cellm {
 
 class KvCache {
 public:
+    // Values per scale of an I8 cache. Per KV head would need the head count, which cellm_arch_info does not
+    // carry; 32 is the block of llama.cpp's q8_0 cache, and head dims in common use are whole multiples of it.
+    static constexpr int32_t scale_group = 32;
+
     KvCache(Backend& backend, const cellm_arch_info& arch, int32_t n_blocks, int32_t block_size, cellm_dtype type);
 
-    // The K (kind 0) or V (kind 1) pool of `layer`, shaped [kv_dim, n_slots].
+    // The K (kind 0) or V (kind 1) pool of `layer`, shaped [kv_dim, n_slots]; in an I8 cache also the scale
+    // pools of K (kind 2) and V (kind 3), F32 [kv_dim / scale_group, n_slots].
     cellm_tensor_desc tensor(int32_t layer, int32_t kind) const;
+    // Kinds of pool per layer: K and V, and their scales in an I8 cache.
+    int32_t n_kinds() const { return type_ == CELLM_TYPE_I8 ? 4 : 2; }
     BlockPool& pool() { return pool_; }
     const BlockPool& pool() const { return pool_; }
     int32_t block_size() const { return block_size_; }
     cellm_dtype type() const { return type_; }
     uint64_t bytes() const { return buffer_->size(); }
-    // Bytes one token occupies across all layers, K and V.
+    // Bytes one token occupies across all layers, K and V (and their scales).
     uint64_t bytes_per_token() const { return bytes_per_token(arch_, type_); }
     static uint64_t bytes_per_token(const cellm_arch_info& arch, cellm_dtype type);
 
-    // Copies every layer's keys and values of block `from` into block `to` (copy-on-write of a shared block).
+    // Copies every layer's keys and values (and scales) of block `from` into block `to` (copy-on-write of a
+    // shared block).
     void copy_block(int32_t from, int32_t to);
 
 private:

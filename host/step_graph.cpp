@@ -5,19 +5,22 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace cellm {
 
-// The builder the arch appends nodes through; checks each node's sources as it arrives.
+// The builder the arch appends nodes through; checks each node's sources as it arrives. For an I8 cache it
+// also adds each pool's scale leaf and the sources that name it (graph.h), which the arch never sees.
 struct GraphBuilderContext {
     StepGraph* graph;
-    std::string failure;  // why the build went wrong, empty while it goes well
+    bool scaled_kv;                   // the KV cache is I8
+    std::vector<int32_t> scales_of;   // per node: the scale leaf of the I8 pool it is or writes, else -1
+    std::string failure;              // why the build went wrong, empty while it goes well
 
     static int32_t add_node(void* ctx, const cellm_node* node, size_t node_size) {
         auto* self = static_cast<GraphBuilderContext*>(ctx);
         try {
-            auto& nodes = self->graph->nodes_;
-            const auto n = static_cast<int32_t>(nodes.size());
+            const auto n = static_cast<int32_t>(self->graph->nodes_.size());
             cellm_node copy{};
             std::memcpy(&copy, node, std::min(node_size, sizeof(cellm_node)));
             for (int32_t s : copy.src) {
@@ -27,17 +30,64 @@ struct GraphBuilderContext {
                     return -1;
                 }
             }
-            nodes.push_back(copy);
-            if (copy.name != nullptr) {
-                self->graph->names_.emplace_back(copy.name);
-                nodes.back().name = self->graph->names_.back().c_str();
+            if (copy.op == CELLM_OP_KV_CACHE && copy.iparams[1] != 0 && copy.iparams[1] != 1) {
+                self->failure = "node " + std::to_string(n) + " is a KV cache leaf of kind " +
+                                std::to_string(copy.iparams[1]) + " (expected 0 for K or 1 for V)";
+                return -1;
             }
-            return n;
+            return self->scaled_kv ? self->add_with_scales(copy) : self->append(copy, -1);
         } catch (...) {
             self->failure = "out of memory while building the graph";
             return -1;
         }
     }
+
+    int32_t append(const cellm_node& node, int32_t scales) {
+        auto& g = *graph;
+        g.nodes_.push_back(node);
+        scales_of.push_back(scales);
+        if (node.name != nullptr) {
+            g.names_.emplace_back(node.name);
+            g.nodes_.back().name = g.names_.back().c_str();
+        }
+        return static_cast<int32_t>(g.nodes_.size() - 1);
+    }
+
+    // Sets src[k] of `node` to the scale leaf behind `of` (-1 when there is none: the backend refuses the graph).
+    bool wire(cellm_node& node, int k, int32_t of) {
+        if (node.src[k] != -1) {
+            failure = "node " + std::to_string(graph->nodes_.size()) + " sets src[" + std::to_string(k) +
+                      "], which the host fills for an I8 KV cache";
+            return false;
+        }
+        node.src[k] = of >= 0 ? scales_of[static_cast<size_t>(of)] : -1;
+        return true;
+    }
+
+    int32_t add_with_scales(cellm_node node) {
+        switch (node.op) {
+        case CELLM_OP_KV_CACHE: {
+            cellm_node scales{};
+            scales.op = CELLM_OP_KV_CACHE;
+            std::fill(std::begin(scales.src), std::end(scales.src), -1);
+            scales.iparams[0] = node.iparams[0];
+            scales.iparams[1] = node.iparams[1] + 2;
+            const std::string name = node.name != nullptr ? std::string(node.name) + ".scales" : std::string();
+            scales.name = node.name != nullptr ? name.c_str() : nullptr;
+            const int32_t leaf = append(scales, -1);
+            return append(node, leaf);  // the arch gets the pool it asked for
+        }
+        case CELLM_OP_KV_STORE:
+            if (!wire(node, 3, node.src[0])) return -1;
+            return append(node, node.src[3]);
+        case CELLM_OP_ATTENTION:
+            if (!wire(node, 6, node.src[1]) || !wire(node, 7, node.src[2])) return -1;
+            return append(node, -1);
+        default:
+            return append(node, -1);
+        }
+    }
+
     static void add_output(void* ctx, int32_t node) {
         auto* self = static_cast<GraphBuilderContext*>(ctx);
         try {
@@ -51,7 +101,7 @@ struct GraphBuilderContext {
 StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
                      const cellm_batch_shape& shape)
     : backend_(&backend) {
-    GraphBuilderContext ctx{this, {}};
+    GraphBuilderContext ctx{this, kv.type() == CELLM_TYPE_I8, {}, {}};
     cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
                                 GraphBuilderContext::add_output};
     const std::string arch = model.arch_plugin().name();
@@ -91,7 +141,8 @@ StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& we
             break;
         }
         case CELLM_OP_KV_CACHE:
-            if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer || node.iparams[1] < 0 || node.iparams[1] > 1) {
+            // The builder admitted only kinds 0 and 1 from the arch; 2 and 3 are the scale leaves it added.
+            if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer) {
                 throw Error("arch '" + arch + "' refers to a KV cache layer that does not exist");
             }
             node.tensor = kv.tensor(node.iparams[0], node.iparams[1]);
