@@ -1,39 +1,14 @@
 #include "forward.hpp"
 
-#include "plugin_host.hpp"
-
 #include <cmath>
 #include <string>
 
 namespace cellm::llama {
-namespace {
-
-void check_shape(const cellm_batch_shape& s) {
-    const bool ok = s.n_tokens > 0 && s.n_seqs > 0 && s.max_blocks > 0 && s.block_size > 0 && s.n_outputs > 0 &&
-                    s.n_outputs <= s.n_tokens;
-    if (!ok) {
-        throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT,
-                              "bad batch shape: n_tokens " + std::to_string(s.n_tokens) + ", n_seqs " +
-                                  std::to_string(s.n_seqs) + ", n_outputs " + std::to_string(s.n_outputs) +
-                                  ", max_blocks " + std::to_string(s.max_blocks) + ", block_size " +
-                                  std::to_string(s.block_size));
-    }
-}
-
-}  // namespace
 
 void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g) {
-    check_shape(shape);
+    const auto [tokens, positions, token_seq, slots, block_table, output_rows] = g.step_inputs(shape);
     const Hparams& hp = model.hp;
     const int64_t n_tokens = shape.n_tokens;
-
-    // Per-step inputs.
-    const int32_t tokens = g.input(CELLM_INPUT_TOKENS, n_tokens, 1, "tokens");
-    const int32_t positions = g.input(CELLM_INPUT_POSITIONS, n_tokens, 1, "positions");
-    const int32_t token_seq = g.input(CELLM_INPUT_TOKEN_SEQ, n_tokens, 1, "token_seq");
-    const int32_t slots = g.input(CELLM_INPUT_SLOTS, n_tokens, 1, "slots");
-    const int32_t block_table = g.input(CELLM_INPUT_BLOCK_TABLE, shape.max_blocks, shape.n_seqs, "block_table");
-    const int32_t output_rows = g.input(CELLM_INPUT_OUTPUT_ROWS, shape.n_outputs, 1, "output_rows");
 
     const int32_t rope_freqs = model.rope_freqs == kAbsent ? -1 : g.weight(model.rope_freqs);
     const float attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));

@@ -6,6 +6,8 @@
 
 namespace cellm::llama {
 
+using transformer::GraphBuilder;
+
 // Appends the step's nodes through `g` and declares the logits, F32 [n_vocab, n_outputs], as its output.
 // Throws plugin::Failure for a malformed shape.
 void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g);

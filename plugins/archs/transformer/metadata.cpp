@@ -5,7 +5,7 @@
 #include <array>
 #include <limits>
 
-namespace cellm::llama {
+namespace cellm::transformer {
 namespace {
 
 std::string type_name(cellm_value_type type) {
@@ -27,6 +27,12 @@ T required(std::optional<T> value, std::string_view key) {
 }
 
 }  // namespace
+
+Metadata::Metadata(const cellm_model_view& view) : view_(view) {
+    if (view.n_meta > 0 && view.meta == nullptr) {
+        throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT, "model view has no metadata array");
+    }
+}
 
 const cellm_meta_value* Metadata::find(std::string_view key) const {
     for (uint64_t i = 0; i < view_.n_meta; ++i) {
@@ -73,4 +79,18 @@ uint32_t Metadata::u32(std::string_view key) const { return required(find_u32(ke
 float Metadata::f32(std::string_view key) const { return required(find_f32(key), key); }
 std::string Metadata::string(std::string_view key) const { return required(find_string(key), key); }
 
-}  // namespace cellm::llama
+int32_t Metadata::checked_dimension(std::string_view key, uint32_t value) {
+    if (value == 0 || value > (1u << 24)) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, "metadata key '" + std::string(key) + "' has value " +
+                                                     std::to_string(value) + ", expected 1..16777216");
+    }
+    return static_cast<int32_t>(value);
+}
+
+int32_t Metadata::dimension(std::string_view key) const { return checked_dimension(key, u32(key)); }
+
+int32_t Metadata::dimension_or(std::string_view key, int32_t fallback) const {
+    return checked_dimension(key, find_u32(key).value_or(static_cast<uint32_t>(fallback)));
+}
+
+}  // namespace cellm::transformer

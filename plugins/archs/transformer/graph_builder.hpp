@@ -2,6 +2,8 @@
 // sources, so the forward reads like the model's equations. Failures throw plugin::Failure.
 #pragma once
 
+#include "tensors.hpp"
+
 #include <cellm/arch.h>
 
 #include <array>
@@ -9,13 +11,20 @@
 #include <string>
 #include <vector>
 
-namespace cellm::llama {
+namespace cellm::transformer {
 
 class GraphBuilder {
 public:
     using Shape = std::array<int64_t, CELLM_MAX_DIMS>;
 
     GraphBuilder(const cellm_graph_builder& builder, const cellm_model_view& view) : builder_(builder), view_(view) {}
+
+    // The per-step inputs of every decoder step (cellm_input_kind), appended in this order.
+    struct StepInputs {
+        int32_t tokens, positions, token_seq, slots, block_table, output_rows;
+    };
+    // Throws plugin::Failure (CELLM_ERR_INVALID_ARGUMENT) naming every field of a malformed `shape`.
+    StepInputs step_inputs(const cellm_batch_shape& shape);
 
     // Leaves.
     int32_t input(cellm_input_kind kind, int64_t ne0, int64_t ne1, const std::string& name);
@@ -55,4 +64,4 @@ private:
     std::vector<Shape> shapes_;  // by node index, for the ops that derive their shape from a source
 };
 
-}  // namespace cellm::llama
+}  // namespace cellm::transformer

@@ -9,11 +9,12 @@
 #include <string>
 #include <string_view>
 
-namespace cellm::llama {
+namespace cellm::transformer {
 
 class Metadata {
 public:
-    explicit Metadata(const cellm_model_view& view) : view_(view) {}
+    // Throws plugin::Failure (CELLM_ERR_INVALID_ARGUMENT) when the view has entries but no array.
+    explicit Metadata(const cellm_model_view& view);
 
     // NULL when the key is absent.
     const cellm_meta_value* find(std::string_view key) const;
@@ -29,8 +30,15 @@ public:
     float f32(std::string_view key) const;
     std::string string(std::string_view key) const;
 
+    // Model dimensions: positive and at most 2^24, so that the products of two that matter (heads x head size)
+    // are checked against the same bound before they are formed in int32. Out of range throws
+    // plugin::Failure (CELLM_ERR_CORRUPT) naming the key.
+    int32_t dimension(std::string_view key) const;                     // required
+    int32_t dimension_or(std::string_view key, int32_t fallback) const;  // `fallback` when absent
+    static int32_t checked_dimension(std::string_view key, uint32_t value);
+
 private:
     const cellm_model_view& view_;
 };
 
-}  // namespace cellm::llama
+}  // namespace cellm::transformer

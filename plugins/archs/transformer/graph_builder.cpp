@@ -1,9 +1,8 @@
 #include "graph_builder.hpp"
 
-#include "model.hpp"
 #include "plugin_host.hpp"
 
-namespace cellm::llama {
+namespace cellm::transformer {
 
 cellm_node GraphBuilder::make(cellm_op op, Shape ne, std::initializer_list<int32_t> src) const {
     cellm_node n{};
@@ -24,6 +23,26 @@ int32_t GraphBuilder::append(const cellm_node& node, const std::string& name) {
     if (shapes_.size() <= static_cast<size_t>(index)) shapes_.resize(static_cast<size_t>(index) + 1);
     shapes_[static_cast<size_t>(index)] = Shape{node.ne[0], node.ne[1], node.ne[2], node.ne[3]};
     return index;
+}
+
+GraphBuilder::StepInputs GraphBuilder::step_inputs(const cellm_batch_shape& s) {
+    const bool ok = s.n_tokens > 0 && s.n_seqs > 0 && s.max_blocks > 0 && s.block_size > 0 && s.n_outputs > 0 &&
+                    s.n_outputs <= s.n_tokens;
+    if (!ok) {
+        throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT,
+                              "bad batch shape: n_tokens " + std::to_string(s.n_tokens) + ", n_seqs " +
+                                  std::to_string(s.n_seqs) + ", n_outputs " + std::to_string(s.n_outputs) +
+                                  ", max_blocks " + std::to_string(s.max_blocks) + ", block_size " +
+                                  std::to_string(s.block_size));
+    }
+    StepInputs in{};
+    in.tokens = input(CELLM_INPUT_TOKENS, s.n_tokens, 1, "tokens");
+    in.positions = input(CELLM_INPUT_POSITIONS, s.n_tokens, 1, "positions");
+    in.token_seq = input(CELLM_INPUT_TOKEN_SEQ, s.n_tokens, 1, "token_seq");
+    in.slots = input(CELLM_INPUT_SLOTS, s.n_tokens, 1, "slots");
+    in.block_table = input(CELLM_INPUT_BLOCK_TABLE, s.max_blocks, s.n_seqs, "block_table");
+    in.output_rows = input(CELLM_INPUT_OUTPUT_ROWS, s.n_outputs, 1, "output_rows");
+    return in;
 }
 
 int32_t GraphBuilder::input(cellm_input_kind kind, int64_t ne0, int64_t ne1, const std::string& name) {
@@ -110,4 +129,4 @@ int32_t GraphBuilder::attention(const Attention& a, const std::string& name) {
     return append(n, name);
 }
 
-}  // namespace cellm::llama
+}  // namespace cellm::transformer
