@@ -12,8 +12,10 @@ namespace cellm::synthetic {
 namespace {
 
 constexpr Preset preset_table[] = {
-    {"tiny", 512, 256, 512, 2, 4, 2, 256, 10000.0f, 1e-5f, false},
-    {"smollm2-135m", 49152, 576, 1536, 30, 9, 3, 8192, 100000.0f, 1e-5f, true},
+    {"tiny", "llama", 512, 256, 512, 2, 4, 2, 64, 256, 10000.0f, 1e-5f, false},
+    {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 64, 8192, 100000.0f, 1e-5f, true},
+    {"qwen2-tiny", "qwen2", 512, 256, 512, 2, 4, 2, 64, 256, 1000000.0f, 1e-6f, true},
+    {"qwen3-tiny", "qwen3", 512, 256, 512, 2, 4, 2, 128, 256, 1000000.0f, 1e-6f, false},
 };
 
 struct WeightType {
@@ -29,8 +31,10 @@ constexpr WeightType weight_types[] = {
 // How a tensor's values are drawn. Standard deviations keep activations O(1) through the layers:
 // 1/sqrt(fan_in) for projections, 1 for embeddings, 1 plus a little noise for norm gains. Tied embeddings
 // also serve as the classifier, where sd 1 would give logits of sd sqrt(n_embd) (one-hot softmax); 4/sqrt(n_embd)
-// keeps logits around sd 4: clear top tokens that still differ between positions.
-enum class Init { norm_gain, projection, embedding, tied_embedding };
+// keeps logits around sd 4: clear top tokens that still differ between positions. Biases get sd 0.2: enough
+// to change every logit, small next to the projections' outputs. Qwen3's per-head Q/K norm gains spread wider
+// (sd 0.5 around 1) so that they visibly shape the attention scores.
+enum class Init { norm_gain, head_norm_gain, projection, embedding, tied_embedding, bias };
 
 struct TensorPlan {
     std::string name;
@@ -39,8 +43,9 @@ struct TensorPlan {
 };
 
 std::vector<TensorPlan> plan_tensors(const Preset& p) {
-    const int64_t embd = p.n_embd, head_dim = p.n_embd / p.n_head;
+    const int64_t embd = p.n_embd, head_dim = p.head_dim;
     const int64_t q_dim = head_dim * p.n_head, kv_dim = head_dim * p.n_head_kv;
+    const bool qkv_bias = p.arch == "qwen2", qk_norm = p.arch == "qwen3";
     const Init embedding = p.tied_embeddings ? Init::tied_embedding : Init::embedding;
     std::vector<TensorPlan> plan{{"token_embd.weight", {embd, p.n_vocab}, embedding}};
     for (uint32_t l = 0; l < p.n_layer; ++l) {
@@ -49,6 +54,15 @@ std::vector<TensorPlan> plan_tensors(const Preset& p) {
         plan.push_back({blk + "attn_q.weight", {embd, q_dim}, Init::projection});
         plan.push_back({blk + "attn_k.weight", {embd, kv_dim}, Init::projection});
         plan.push_back({blk + "attn_v.weight", {embd, kv_dim}, Init::projection});
+        if (qkv_bias) {
+            plan.push_back({blk + "attn_q.bias", {q_dim}, Init::bias});
+            plan.push_back({blk + "attn_k.bias", {kv_dim}, Init::bias});
+            plan.push_back({blk + "attn_v.bias", {kv_dim}, Init::bias});
+        }
+        if (qk_norm) {
+            plan.push_back({blk + "attn_q_norm.weight", {head_dim}, Init::head_norm_gain});
+            plan.push_back({blk + "attn_k_norm.weight", {head_dim}, Init::head_norm_gain});
+        }
         plan.push_back({blk + "attn_output.weight", {q_dim, embd}, Init::projection});
         plan.push_back({blk + "ffn_norm.weight", {embd}, Init::norm_gain});
         plan.push_back({blk + "ffn_gate.weight", {embd, p.n_ff}, Init::projection});
@@ -98,9 +112,11 @@ std::vector<uint8_t> generate(const TensorPlan& t, cellm_dtype type, Random& ran
     const float sd = t.init == Init::projection       ? inv_sqrt_row
                      : t.init == Init::tied_embedding ? 4.0f * inv_sqrt_row
                      : t.init == Init::embedding      ? 1.0f
+                     : t.init == Init::bias           ? 0.2f
+                     : t.init == Init::head_norm_gain ? 0.5f
                                                       : 0.05f;
     const float half_width = sd * std::sqrt(3.0f);
-    const float center = t.init == Init::norm_gain ? 1.0f : 0.0f;
+    const float center = t.init == Init::norm_gain || t.init == Init::head_norm_gain ? 1.0f : 0.0f;
     const uint64_t row_size = blocks::row_bytes(type, row);
     std::vector<uint8_t> bytes(row_size * static_cast<uint64_t>(rows));
     std::vector<float> values(static_cast<size_t>(row));
@@ -111,24 +127,32 @@ std::vector<uint8_t> generate(const TensorPlan& t, cellm_dtype type, Random& ran
     return bytes;
 }
 
+// The keys llama.cpp's converter writes for each arch: llama files carry vocab_size and rope.dimension_count,
+// Qwen files leave both to their defaults (token_embd's rows, the head size), and qwen3 files state the head
+// size because it is not n_embd / n_head.
 void add_metadata(gguf::Writer& w, const Preset& p) {
-    w.add("general.architecture", "llama");
+    const std::string arch(p.arch);
+    w.add("general.architecture", arch);
     w.add("general.name", "synthetic-" + std::string(p.name));
     w.set_alignment(32);
-    w.add("llama.vocab_size", p.n_vocab);
-    w.add("llama.context_length", p.n_ctx);
-    w.add("llama.embedding_length", p.n_embd);
-    w.add("llama.block_count", p.n_layer);
-    w.add("llama.feed_forward_length", p.n_ff);
-    w.add("llama.attention.head_count", p.n_head);
-    w.add("llama.attention.head_count_kv", p.n_head_kv);
-    w.add("llama.rope.freq_base", p.rope_theta);
-    w.add("llama.attention.layer_norm_rms_epsilon", p.rms_eps);
-    w.add("llama.rope.dimension_count", p.n_embd / p.n_head);
+    if (arch == "llama") w.add(arch + ".vocab_size", p.n_vocab);
+    w.add(arch + ".context_length", p.n_ctx);
+    w.add(arch + ".embedding_length", p.n_embd);
+    w.add(arch + ".block_count", p.n_layer);
+    w.add(arch + ".feed_forward_length", p.n_ff);
+    w.add(arch + ".attention.head_count", p.n_head);
+    w.add(arch + ".attention.head_count_kv", p.n_head_kv);
+    w.add(arch + ".rope.freq_base", p.rope_theta);
+    w.add(arch + ".attention.layer_norm_rms_epsilon", p.rms_eps);
+    if (arch == "llama") w.add(arch + ".rope.dimension_count", p.head_dim);
+    if (arch == "qwen3") {
+        w.add(arch + ".attention.key_length", p.head_dim);
+        w.add(arch + ".attention.value_length", p.head_dim);
+    }
 
     const Vocabulary vocab = build_vocabulary(p.n_vocab);
     w.add("tokenizer.ggml.model", "gpt2");
-    w.add("tokenizer.ggml.pre", "smollm");
+    w.add("tokenizer.ggml.pre", arch == "llama" ? "smollm" : "qwen2");
     w.add_array("tokenizer.ggml.tokens", vocab.tokens);
     w.add_array("tokenizer.ggml.token_type", vocab.types);
     w.add_array("tokenizer.ggml.merges", vocab.merges);

@@ -1,5 +1,5 @@
-// Synthetic llama-architecture GGUF models with random weights (deterministic for a seed): the test and
-// benchmark stand-in for a real checkpoint, with llama.cpp's tensor names and metadata keys.
+// Synthetic GGUF models with random weights (deterministic for a seed): the test and benchmark stand-in for a
+// real checkpoint, with llama.cpp's tensor names and metadata keys for the llama, qwen2 and qwen3 archs.
 #pragma once
 
 #include "gguf_writer.h"
@@ -15,12 +15,17 @@ namespace cellm::synthetic {
 
 struct Preset {
     std::string_view name;
-    uint32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, n_ctx;
+    // general.architecture: "llama", "qwen2" (biases on Q, K and V) or "qwen3" (RMSNorm of each Q and K head
+    // before RoPE, head_dim written as attention.key_length).
+    std::string_view arch;
+    uint32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_ctx;
     float rope_theta, rms_eps;
     bool tied_embeddings;  // no output.weight: logits reuse token_embd.weight
 };
 
-// "tiny" (n_embd 256, every row a multiple of 256, so K-quants work) and "smollm2-135m" (its exact shape).
+// "tiny" (n_embd 256, every row a multiple of 256, so K-quants work), "smollm2-135m" (its exact shape), and
+// "qwen2-tiny" and "qwen3-tiny" (tiny's shape as those archs; qwen3's heads are 128 wide, so n_head x head_dim
+// differs from n_embd, as in the real Qwen3 models).
 std::span<const Preset> presets();
 // Throws std::invalid_argument listing the known presets.
 const Preset& find_preset(std::string_view name);
