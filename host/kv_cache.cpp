@@ -23,19 +23,24 @@ KvCache::KvCache(Backend& backend, const cellm_arch_info& arch, int32_t n_blocks
     if (type != CELLM_TYPE_F32 && type != CELLM_TYPE_F16 && type != CELLM_TYPE_I8) {
         throw Error("KV cache type must be F32, F16 or I8 (q8)");
     }
-    if (type == CELLM_TYPE_I8 && arch.kv_dim % scale_group != 0) {
-        throw Error("a q8 KV cache needs K/V rows (kv_dim) of a multiple of " + std::to_string(scale_group) +
-                    " values; this model's have " + std::to_string(arch.kv_dim));
+    if (type == CELLM_TYPE_I8 && scale_runs(arch) == 0) {
+        throw Error("a q8 KV cache needs K/V rows (kv_dim) of whole heads or of a multiple of 32 values; this model's have " +
+                    std::to_string(arch.kv_dim));
     }
     if (!backend.iface().supports_op(backend.handle(), CELLM_OP_KV_STORE, type)) {
         throw Error(std::string("backend '") + backend.name() + "' cannot store the KV cache as " + kv_type_name(type));
     }
-    buffer_ = DeviceBuffer::allocate(backend, bytes_per_token() * static_cast<uint64_t>(n_slots_), CELLM_BUFFER_KV_CACHE);
+    buffer_ = DeviceBuffer::allocate(backend, bytes_per_token() * static_cast<uint64_t>(n_slots_) + 64, CELLM_BUFFER_KV_CACHE);
+}
+
+int32_t KvCache::scale_runs(const cellm_arch_info& arch) {
+    if (arch.n_head_kv > 0 && arch.kv_dim % arch.n_head_kv == 0) return arch.n_head_kv;
+    return arch.kv_dim % 32 == 0 ? arch.kv_dim / 32 : 0;
 }
 
 uint64_t KvCache::bytes_per_token(const cellm_arch_info& arch, cellm_dtype type) {
     auto row = static_cast<uint64_t>(arch.kv_dim) * static_cast<uint64_t>(cellm_dtype_type_size(type));
-    if (type == CELLM_TYPE_I8) row += static_cast<uint64_t>(arch.kv_dim / scale_group) * sizeof(float);
+    if (type == CELLM_TYPE_I8) row += static_cast<uint64_t>(scale_runs(arch)) * sizeof(float);
     return 2ull * static_cast<uint64_t>(arch.n_layer) * row;
 }
 
@@ -45,18 +50,21 @@ cellm_tensor_desc KvCache::tensor(int32_t layer, int32_t kind) const {
     d.struct_size = sizeof(d);
     d.type = scales ? CELLM_TYPE_F32 : type_;
     d.n_dims = 2;
-    d.ne[0] = scales ? arch_.kv_dim / scale_group : arch_.kv_dim;
+    d.ne[0] = scales ? scale_runs(arch_) : arch_.kv_dim;
     d.ne[1] = n_slots_;
     d.ne[2] = d.ne[3] = 1;
     fill_strides(d);
     d.buffer = buffer_->get();
-    // Every layer's K and V pools, then (I8) every layer's K and V scales: the codes are a multiple of 32 bytes
-    // per slot, so the scales stay aligned.
+    // Every layer's K and V pools, then (I8) every layer's K and V scales, which start 64-byte aligned.
     const auto before = static_cast<uint64_t>(layer * 2 + kind % 2);
+    d.offset = (scales ? scales_offset() : 0) + before * static_cast<uint64_t>(d.nb[2]);
+    return d;
+}
+
+uint64_t KvCache::scales_offset() const {
     const uint64_t pools = 2ull * static_cast<uint64_t>(arch_.n_layer) * static_cast<uint64_t>(arch_.kv_dim) *
                            static_cast<uint64_t>(n_slots_) * static_cast<uint64_t>(cellm_dtype_type_size(type_));
-    d.offset = (scales ? pools : 0) + before * static_cast<uint64_t>(d.nb[2]);
-    return d;
+    return (pools + 63) / 64 * 64;
 }
 
 void KvCache::copy_block(int32_t from, int32_t to) {

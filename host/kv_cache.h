@@ -1,5 +1,5 @@
 // The paged KV cache's storage: K and V of every layer for every block of the pool, in one backend buffer. An
-// I8 (q8) cache also holds each pool's scales (graph.h), one per token and group of scale_group values.
+// I8 (q8) cache also holds each pool's scales (graph.h): one per token and KV head.
 #pragma once
 
 #include "backend.h"
@@ -15,14 +15,14 @@ namespace cellm {
 
 class KvCache {
 public:
-    // Values per scale of an I8 cache. Per KV head would need the head count, which cellm_arch_info does not
-    // carry; 32 is the block of llama.cpp's q8_0 cache, and head dims in common use are whole multiples of it.
-    static constexpr int32_t scale_group = 32;
+    // Scales per token row of an I8 cache: one per KV head; runs of 32 values (llama.cpp's q8_0 block) for an
+    // arch plugin that does not report its head count (ABI 1.0).
+    static int32_t scale_runs(const cellm_arch_info& arch);
 
     KvCache(Backend& backend, const cellm_arch_info& arch, int32_t n_blocks, int32_t block_size, cellm_dtype type);
 
     // The K (kind 0) or V (kind 1) pool of `layer`, shaped [kv_dim, n_slots]; in an I8 cache also the scale
-    // pools of K (kind 2) and V (kind 3), F32 [kv_dim / scale_group, n_slots].
+    // pools of K (kind 2) and V (kind 3), F32 [scale_runs, n_slots].
     cellm_tensor_desc tensor(int32_t layer, int32_t kind) const;
     // Kinds of pool per layer: K and V, and their scales in an I8 cache.
     int32_t n_kinds() const { return type_ == CELLM_TYPE_I8 ? 4 : 2; }
@@ -40,6 +40,8 @@ public:
     void copy_block(int32_t from, int32_t to);
 
 private:
+    uint64_t scales_offset() const;
+
     Backend* backend_;
     cellm_arch_info arch_;
     int32_t block_size_;

@@ -199,7 +199,8 @@ fs::path resolve_path(const Section& section, std::string_view key, const toml::
         i = close + 1;
     }
     fs::path path(expanded);
-    if (path.is_relative()) path = fs::absolute(base) / path;
+    // A manifest named without a folder ("m.toml") has an empty parent: its folder is the current one.
+    if (path.is_relative()) path = fs::absolute(base.empty() ? fs::path(".") : base) / path;
     return path.lexically_normal();
 }
 

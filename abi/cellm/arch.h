@@ -24,6 +24,9 @@ typedef struct cellm_arch_info {
     int32_t n_embd;
     int32_t n_ctx_train; /* context length the model was trained for */
     int32_t kv_dim;      /* width of one token's K (and V) row per layer: n_head_kv * head_dim */
+    /* Since 1.1. KV heads, so that a q8 KV cache keeps one scale per token and head; 0 when unknown (a
+     * plugin built for 1.0 leaves it so), and the host then scales runs of 32 values instead. */
+    int32_t n_head_kv;
 } cellm_arch_info;
 
 /* The shape of one step. Every graph built for the same shape has the same nodes, so a backend plan made

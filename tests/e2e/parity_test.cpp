@@ -187,7 +187,7 @@ TEST_P(Parity, TeacherForcedLogitsMatchScalar) {
     }
 }
 
-// What a q8 KV cache (int8 codes, a float scale per token and run of 32 values) costs on this model against the
+// What a q8 KV cache (int8 codes, a float scale per token and KV head) costs on this model against the
 // default f16 cache, in teacher-forced logits on the parity prompts. Measured (docs/correctness.md): largest logit
 // difference 2.75, mean 0.239, cosine >= 0.982, top-1 agreement 97.2 %, every top-1 change where f16's best token
 // leads by 1.03 logits or less. For scale, an f32 cache is as far from f16 as 1.95, 0.212, 0.989 and 97.5 %: this
@@ -213,6 +213,9 @@ double lead(const float* logits, size_t n) {
 }
 
 TEST_P(Parity, Q8KvCacheStaysCloseToF16) {
+    // Every other backend's case also runs scalar's q8 cache and requires the same bits, so the drift is
+    // measured once per backend without repeating minutes of scalar work.
+    if (GetParam() == "scalar" && built_backends().size() > 1) GTEST_SKIP() << "covered by the other backends' cases";
     EngineOptions options;
     options.context_length = 512;
     options.kv_type = CELLM_TYPE_I8;

@@ -308,6 +308,11 @@ priority = 7
     EXPECT_EQ(m.sessions[2].priority, 7);
 }
 
+TEST(Manifest, RelativeManifestInTheCurrentFolderResolvesPaths) {
+    const Manifest m = parse_manifest(model, "m.toml");
+    EXPECT_EQ(m.model.path, (fs::current_path() / "m.gguf").lexically_normal());
+}
+
 TEST(ManifestServing, ShippedSessionsManifestLoads) {
     const Manifest m = load_manifest(fs::path(CELLM_SOURCE_DIR) / "config/smollm2-sessions.toml");
     ASSERT_EQ(m.sessions.size(), 3u);

@@ -55,7 +55,8 @@ private:
 
     static cellm_status* get_info(const cellm_arch_model* model, cellm_arch_info* out) {
         return plugin::guard([&]() -> cellm_status* {
-            if (model == nullptr || out == nullptr || out->struct_size < sizeof(cellm_arch_info)) {
+            // The caller sizes the struct: a 1.0 host's lacks the fields added since, which are then not written.
+            if (model == nullptr || out == nullptr || !CELLM_HAS_FIELD(out, cellm_arch_info, kv_dim)) {
                 return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("get_info needs a model and a cellm_arch_info"));
             }
             const Hparams& hp = model_of(model).hp;
@@ -64,6 +65,7 @@ private:
             out->n_embd = hp.n_embd;
             out->n_ctx_train = hp.n_ctx_train;
             out->kv_dim = hp.kv_dim();
+            if (CELLM_HAS_FIELD(out, cellm_arch_info, n_head_kv)) out->n_head_kv = hp.n_head_kv;
             return nullptr;
         });
     }
