@@ -41,8 +41,8 @@ TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
                 table->dequantize[s](row.data(), got.data(), k / 32);
                 EXPECT_EQ(got, want);
             }
-            // Tiles of rows and columns with remainders on both sides: 7 rows, 5 columns.
-            const int64_t m = 7, n = 5, nb = k / 32;
+            // Tiles of rows and columns with remainders on both sides: 7 rows, 11 columns (a group of 8, a pair, one).
+            const int64_t m = 7, n = 11, nb = k / 32;
             const uint64_t row_bytes = cellm::blocks::row_bytes(type, k);
             std::vector<uint8_t> rows(row_bytes * m);
             cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
@@ -55,7 +55,14 @@ TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
                                    scales.data() + c * nb, sums.data() + c * nb, offsets.data() + c * nb * 8);
             if (table->dot_q8[s] == nullptr) continue;
             std::vector<float> y(m * n, -1.0f);
-            table->dot_q8[s](rows.data(), row_bytes, m, {codes.data(), scales.data(), sums.data(), offsets.data(), nb}, n, y.data(), m);
+            cellm::openblas::Q8Columns columns{codes.data(), scales.data(), sums.data(), offsets.data(), nb};
+            std::vector<std::byte> packed;
+            if (table->pack_columns != nullptr) {
+                packed.resize(table->pack_columns(columns, n, nullptr));
+                table->pack_columns(columns, n, packed.data());
+                columns.packed = packed.data();
+            }
+            table->dot_q8[s](rows.data(), row_bytes, m, columns, n, y.data(), m);
             for (int64_t c = 0; c < n; ++c)
                 for (int64_t r = 0; r < m; ++r)
                     EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8(type, rows.data() + r * row_bytes, codes.data() + c * k,
@@ -115,6 +122,36 @@ TEST(OpenblasKernels, FloatAndHalfLoops) {
         table->round_f16(r.data(), rounded.data(), n);
         for (int64_t i = 0; i < n; ++i)
             EXPECT_EQ(rounded[i], cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(r[i]))) << r[i];
+    }
+}
+
+// The many-row attention loops against the one-row loops they stand for, bit for bit, over head sizes with and
+// without a 64-wide part and a tail, and row counts around the four rows dots_f16 takes at once.
+TEST(OpenblasKernels, ManyRowAttentionLoopsEqualTheOneRowLoops) {
+    for (const cellm::openblas::Kernels* table : cellm::openblas::runnable_kernels()) {
+        if (table->dots_f16 == nullptr) continue;
+        SCOPED_TRACE(table->isa);
+        for (int64_t n : {8, 36, 64, 72, 128, 256}) {
+            const int64_t stride = n + 8, n_rows = 11;
+            std::vector<uint16_t> pool(static_cast<size_t>(stride * n_rows));
+            const std::vector<float> values = random_floats(pool.size(), 31, 3.0f);
+            for (size_t i = 0; i < pool.size(); ++i) pool[i] = cellm::blocks::fp32_to_fp16(values[i]);
+            const std::vector<float> q = random_floats(static_cast<size_t>(n), 32);
+            for (int64_t count : {1, 3, 4, 9}) {
+                std::vector<int64_t> rows;
+                for (int64_t j = 0; j < count; ++j) rows.push_back(((j * 7) % n_rows) * stride + 4);
+                std::vector<float> got(static_cast<size_t>(count)), want(static_cast<size_t>(count));
+                table->dots_f16(q.data(), pool.data(), rows.data(), count, n, got.data());
+                for (int64_t j = 0; j < count; ++j) want[static_cast<size_t>(j)] = table->dot_f16(q.data(), pool.data() + rows[static_cast<size_t>(j)], n);
+                EXPECT_EQ(got, want) << "dots, n " << n << ", rows " << count;
+                const std::vector<float> weights = random_floats(static_cast<size_t>(count), 33);
+                std::vector<float> sum(static_cast<size_t>(n), -1.0f), expected(static_cast<size_t>(n), 0.0f);
+                table->weighted_sum_f16(weights.data(), pool.data(), rows.data(), count, n, sum.data());
+                for (int64_t j = 0; j < count; ++j)
+                    table->axpy_f16(weights[static_cast<size_t>(j)], pool.data() + rows[static_cast<size_t>(j)], expected.data(), n);
+                EXPECT_EQ(sum, expected) << "weighted sum, n " << n << ", rows " << count;
+            }
+        }
     }
 }
 

@@ -45,11 +45,16 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         }
     };
 
+    // F16 pools (the default) go through the table's many-row loops when it has them.
+    const bool rows_at_once = k_pool.type == CELLM_TYPE_F16 && v_pool.type == CELLM_TYPE_F16 &&
+                              kern.dots_f16 != nullptr && kern.weighted_sum_f16 != nullptr;
+    scratch.rows.resize(static_cast<size_t>(pool.size()));
     scratch.scores.resize(static_cast<size_t>(pool.size()));
     scratch.query.resize(static_cast<size_t>(pool.size()));
     scratch.values.resize(static_cast<size_t>(pool.size()));
     const size_t window = static_cast<size_t>(a.max_blocks * a.block_size);
     for (auto& s : scratch.scores) s.resize(std::max(s.size(), window));
+    for (auto& s : scratch.rows) s.resize(std::max(s.size(), window));
     for (auto& s : scratch.query) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
     for (auto& s : scratch.values) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
 
@@ -61,10 +66,20 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         float* values = scratch.values[static_cast<size_t>(thread)].data();
         // Rounded as the reference rounds MATMUL operands: q to the K pool's type, each weight to V's.
         round(k_pool.type, q.f32() + task * a.head_dim, qr, a.head_dim);
-        for (int64_t j = first; j <= last; ++j) scores[j - first] = key(a.slot(t, j), offset, qr, values);
-        cpu::attention_weights(a, scores, last - first + 1);
-        round(v_pool.type, scores, scores, last - first + 1);
+        const int64_t count = last - first + 1;
         float* out = node.f32() + task * a.head_dim;
+        if (rows_at_once) {
+            int64_t* rows = scratch.rows[static_cast<size_t>(thread)].data();
+            for (int64_t j = first; j <= last; ++j) rows[j - first] = a.slot(t, j) * row + offset;
+            kern.dots_f16(qr, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
+            cpu::attention_weights(a, scores, count);
+            round(v_pool.type, scores, scores, count);
+            kern.weighted_sum_f16(scores, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim, out);
+            return;
+        }
+        for (int64_t j = first; j <= last; ++j) scores[j - first] = key(a.slot(t, j), offset, qr, values);
+        cpu::attention_weights(a, scores, count);
+        round(v_pool.type, scores, scores, count);
         std::fill(out, out + a.head_dim, 0.0f);
         for (int64_t j = first; j <= last; ++j) add_value(scores[j - first], a.slot(t, j), offset, out, values);
     });

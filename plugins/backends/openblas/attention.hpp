@@ -14,6 +14,7 @@ struct AttentionScratch {
     std::vector<std::vector<float>> scores;  // attention weights of one query
     std::vector<std::vector<float>> query;   // the query rounded to the pool's type
     std::vector<std::vector<float>> values;  // one head's K or V values of an I8 pool, expanded
+    std::vector<std::vector<int64_t>> rows;  // where each key position's K and V start in an F16 pool
 };
 
 // Runs node `index` (ATTENTION) of `plan`; throws plugin::Failure on out-of-range runtime inputs.

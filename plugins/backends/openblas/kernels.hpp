@@ -22,7 +22,13 @@ struct Q8Columns {
     const float* sums;
     const int32_t* offsets;
     int64_t n_blocks;
+    // The same columns as the table's pack_columns laid them out, or nullptr when the table has none.
+    const void* packed = nullptr;
 };
+
+// Lays n_cols quantized columns out as the table's dot_q8 reads them best, into `out` (which holds at least
+// the bytes it returns for out == nullptr). Done once per product, shared by every thread.
+using PackColumns = size_t (*)(const Q8Columns& x, int64_t n_cols, void* out);
 
 // Quantizes n floats (a multiple of 32) as blocks::quantize_q8 does, bit for bit, and fills the offsets above.
 using QuantizeQ8 = void (*)(const float* x, int64_t n, int8_t* codes, float* scales, float* sums, int32_t* offsets);
@@ -40,6 +46,7 @@ struct Kernels {
     // Indexed by Slot below; nullptr where this table has no specialised loop (callers use blocks::).
     RowsDotQ8 dot_q8[3];
     RowDequantize dequantize[3];
+    PackColumns pack_columns;  // nullptr: dot_q8 reads Q8Columns directly
     // Attention's loops, bit-equal to the reference kernels: dots in eight fused lanes (reference_kernels.cpp
     // gives the order), y += a x as a multiply then an add.
     float (*dot_f32)(const float* a, const float* b, int64_t n);
@@ -48,6 +55,12 @@ struct Kernels {
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
     // y = x rounded to fp16 and back, as blocks::fp32_to_fp16 rounds finite values (to nearest, ties to even).
     void (*round_f16)(const float* x, float* y, int64_t n);
+    // Attention over an F16 pool, rows picked by element offsets from `base` (nullptr: the loops above, row by
+    // row). dots_f16: out[j] = dot_f16(q, base + rows[j], n). weighted_sum_f16: out = 0, then
+    // axpy_f16(weights[j], base + rows[j], out, n) for every j in order.
+    void (*dots_f16)(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* out);
+    void (*weighted_sum_f16)(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count,
+                             int64_t n, float* out);
 };
 
 // Which entry of dot_q8/dequantize serves a weight type, or -1.

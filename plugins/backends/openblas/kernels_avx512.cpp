@@ -7,8 +7,8 @@
 // reference while each instruction does the work of two. Tiles are R rows x 2P columns.
 #include "kernels_x86.hpp"
 
+#include <cstddef>
 #include <type_traits>
-#include <vector>
 
 // GCC 12's 512-bit insert and broadcast intrinsics start from a self-initialised "undefined" register, which
 // its own -Wuninitialized then reports at every use; the values are all defined.
@@ -29,34 +29,70 @@ struct VnniProducts {
 
 // A group of 2P columns laid out the way the pair tile reads it, so that each operand is one load: for block
 // i and pair p, the two columns' 64 codes, their scales (8 lanes each) and offsets; for block i, the eight
-// columns' sums. Built once per group and row chunk, read by every tile of the chunk.
+// columns' sums. pack_columns lays out every group once per product, in the order rows_dot_pairs walks them.
 struct PairedColumns {
-    std::vector<int8_t> codes;
-    std::vector<float> scales;
-    std::vector<int32_t> offsets;
-    std::vector<float> sums;
-    int64_t n_blocks = 0;
+    const int8_t* codes;
+    const float* scales;
+    const int32_t* offsets;
+    const float* sums;
+    int64_t n_blocks;
+};
 
-    void pack(const Q8Columns& x, int pairs) {
-        const int64_t nb = n_blocks = x.n_blocks;
-        codes.resize(static_cast<size_t>(nb * pairs * 64));
-        scales.resize(static_cast<size_t>(nb * pairs * 16));
-        offsets.resize(static_cast<size_t>(nb * pairs * 16));
-        sums.assign(static_cast<size_t>(nb * 8), 0.0f);
-        for (int64_t i = 0; i < nb; ++i) {
-            for (int p = 0; p < pairs; ++p) {
-                const auto slot = static_cast<size_t>(i * pairs + p);
-                for (int h = 0; h < 2; ++h) {
-                    const int64_t src = (2 * p + h) * nb + i;
-                    std::memcpy(&codes[slot * 64 + static_cast<size_t>(h) * 32], x.codes + src * 32, 32);
-                    std::fill_n(&scales[slot * 16 + static_cast<size_t>(h) * 8], 8, x.scales[src]);
-                    std::memcpy(&offsets[slot * 16 + static_cast<size_t>(h) * 8], x.offsets + src * 8, 8 * sizeof(int32_t));
-                    sums[static_cast<size_t>(i * 8 + 2 * p + h)] = x.sums[src];
-                }
+size_t group_bytes(int64_t nb, int pairs) {
+    return static_cast<size_t>(nb * pairs) * (64 + 16 * sizeof(float) + 16 * sizeof(int32_t)) +
+           static_cast<size_t>(nb) * 8 * sizeof(float);
+}
+
+PairedColumns group_at(const void* base, int64_t nb, int pairs) {
+    const auto* b = static_cast<const std::byte*>(base);
+    const auto n = static_cast<size_t>(nb * pairs);
+    const auto* scales = reinterpret_cast<const float*>(b + n * 64);
+    const auto* offsets = reinterpret_cast<const int32_t*>(scales + n * 16);
+    return {reinterpret_cast<const int8_t*>(b), scales, offsets, reinterpret_cast<const float*>(offsets + n * 16), nb};
+}
+
+void pack_group(const Q8Columns& x, int pairs, void* out) {
+    const int64_t nb = x.n_blocks;
+    const PairedColumns g = group_at(out, nb, pairs);
+    auto* codes = const_cast<int8_t*>(g.codes);
+    auto* scales = const_cast<float*>(g.scales);
+    auto* offsets = const_cast<int32_t*>(g.offsets);
+    auto* sums = const_cast<float*>(g.sums);
+    std::fill_n(sums, nb * 8, 0.0f);
+    for (int64_t i = 0; i < nb; ++i) {
+        for (int p = 0; p < pairs; ++p) {
+            const int64_t slot = i * pairs + p;
+            for (int h = 0; h < 2; ++h) {
+                const int64_t src = (2 * p + h) * nb + i;
+                std::memcpy(codes + slot * 64 + h * 32, x.codes + src * 32, 32);
+                std::fill_n(scales + slot * 16 + h * 8, 8, x.scales[src]);
+                std::memcpy(offsets + slot * 16 + h * 8, x.offsets + src * 8, 8 * sizeof(int32_t));
+                sums[i * 8 + 2 * p + h] = x.sums[src];
             }
         }
     }
-};
+}
+
+// Columns from `c` on, as a Q8Columns of their own.
+Q8Columns from_column(const Q8Columns& x, int64_t c) {
+    return {x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks,
+            x.offsets + c * x.n_blocks * 8, x.n_blocks, nullptr};
+}
+
+// How many pairs the group starting at column c holds (0: the last, odd column).
+constexpr int group_pairs(int64_t n_cols, int64_t c, int P) { return n_cols - c >= 2 * P ? P : n_cols - c >= 2 ? 1 : 0; }
+
+template <int P>
+size_t pack_columns(const Q8Columns& x, int64_t n_cols, void* out) {
+    size_t at = 0;
+    for (int64_t c = 0;;) {
+        const int pairs = group_pairs(n_cols, c, P);
+        if (pairs == 0) return at;
+        if (out != nullptr) pack_group(from_column(x, c), pairs, static_cast<std::byte*>(out) + at);
+        at += group_bytes(x.n_blocks, pairs);
+        c += 2 * pairs;
+    }
+}
 
 // A block's 32 codes in both halves of a 512-bit register, straight from memory: broadcast loads need no
 // shuffle unit, which the tile's other work keeps busy.
@@ -88,11 +124,11 @@ void pair_tile(const uint8_t* rows, uint64_t row_bytes, const PairedColumns& x, 
         __m512 ax[P];
         for (int p = 0; p < P; ++p) {
             const int64_t slot = i * P + p;
-            a[p] = _mm512_loadu_si512(x.codes.data() + slot * 64);
-            ax[p] = _mm512_loadu_ps(x.scales.data() + slot * 16);
-            if constexpr (!F::is_unsigned) start[p] = _mm512_loadu_si512(x.offsets.data() + slot * 16);
+            a[p] = _mm512_loadu_si512(x.codes + slot * 64);
+            ax[p] = _mm512_loadu_ps(x.scales + slot * 16);
+            if constexpr (!F::is_unsigned) start[p] = _mm512_loadu_si512(x.offsets + slot * 16);
         }
-        const __m256 sums = F::affine ? _mm256_loadu_ps(x.sums.data() + i * 8) : _mm256_setzero_ps();
+        const __m256 sums = F::affine ? _mm256_loadu_ps(x.sums + i * 8) : _mm256_setzero_ps();
         for (int r = 0; r < R; ++r) {
             const uint8_t* b = rows + r * row_bytes + i * F::bytes;
             if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
@@ -118,8 +154,8 @@ void pair_tile(const uint8_t* rows, uint64_t row_bytes, const PairedColumns& x, 
     }
 }
 
-// As x86::rows_dot, with pair tiles: columns go 2P at a time, then in pairs, and a last odd one through the
-// 256-bit tile.
+// As x86::rows_dot, with pair tiles over the packed groups: columns go 2P at a time, then in pairs, and a
+// last odd one through the 256-bit tile.
 template <class F, int R, int P>
 void rows_dot_pairs(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Columns& x, int64_t n_cols, float* y,
                     int64_t y_stride) {
@@ -127,38 +163,32 @@ void rows_dot_pairs(const void* rows, uint64_t row_bytes, int64_t n_rows, const 
     for (int64_t r0 = 0; r0 < n_rows; r0 += chunk) {
         const auto* base = static_cast<const uint8_t*>(rows) + r0 * row_bytes;
         const int64_t chunk_rows = std::min(chunk, n_rows - r0);
+        size_t packed_at = 0;
         for (int64_t c = 0; c < n_cols;) {
-            const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks,
-                                 x.offsets + c * x.n_blocks * 8, x.n_blocks};
             float* out = y + c * y_stride + r0;
+            const int pairs = group_pairs(n_cols, c, P);
             auto pass = [&]<int Pairs, bool Prefetch>() {
                 int64_t r = 0;
                 if constexpr (Pairs == 0) {
+                    const Q8Columns cols = from_column(x, c);
                     for (; r + R <= chunk_rows; r += R)
                         x86::tile<VnniProducts, F, R, 1, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
                     for (; r < chunk_rows; ++r)
                         x86::tile<VnniProducts, F, 1, 1, Prefetch>(base + r * row_bytes, row_bytes, cols, out + r, y_stride);
                 } else {
-                    thread_local PairedColumns paired;
-                    paired.pack(cols, Pairs);
+                    const PairedColumns group = group_at(static_cast<const std::byte*>(x.packed) + packed_at, x.n_blocks, Pairs);
                     for (; r + R <= chunk_rows; r += R)
-                        pair_tile<F, R, Pairs, Prefetch>(base + r * row_bytes, row_bytes, paired, out + r, y_stride);
+                        pair_tile<F, R, Pairs, Prefetch>(base + r * row_bytes, row_bytes, group, out + r, y_stride);
                     for (; r < chunk_rows; ++r)
-                        pair_tile<F, 1, Pairs, Prefetch>(base + r * row_bytes, row_bytes, paired, out + r, y_stride);
+                        pair_tile<F, 1, Pairs, Prefetch>(base + r * row_bytes, row_bytes, group, out + r, y_stride);
                 }
             };
-            const int64_t left = n_cols - c;
             const bool first = c == 0;
-            if (left >= 2 * P) {
-                first ? pass.template operator()<P, true>() : pass.template operator()<P, false>();
-                c += 2 * P;
-            } else if (left >= 2) {
-                first ? pass.template operator()<1, true>() : pass.template operator()<1, false>();
-                c += 2;
-            } else {
-                first ? pass.template operator()<0, true>() : pass.template operator()<0, false>();
-                c += 1;
-            }
+            if (pairs == P) first ? pass.template operator()<P, true>() : pass.template operator()<P, false>();
+            else if (pairs == 1) first ? pass.template operator()<1, true>() : pass.template operator()<1, false>();
+            else first ? pass.template operator()<0, true>() : pass.template operator()<0, false>();
+            if (pairs > 0) packed_at += group_bytes(x.n_blocks, pairs);
+            c += pairs > 0 ? 2 * pairs : 1;
         }
     }
 }
@@ -168,6 +198,7 @@ Kernels make_table() {
     k.dot_q8[0] = rows_dot_pairs<x86::Q8_0, 4, 4>;
     k.dot_q8[1] = rows_dot_pairs<x86::Q4_0, 4, 4>;
     k.dot_q8[2] = rows_dot_pairs<x86::Q4_1, 4, 4>;
+    k.pack_columns = pack_columns<4>;
     return k;
 }
 

@@ -130,7 +130,7 @@ void rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Colu
         const int64_t chunk_rows = std::min(chunk, n_rows - r0);
         for (int64_t c = 0; c < n_cols;) {
             const Q8Columns cols{x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks,
-                                 x.offsets + c * x.n_blocks * 8, x.n_blocks};
+                                 x.offsets + c * x.n_blocks * 8, x.n_blocks, nullptr};
             float* out = y + c * y_stride + r0;
             auto pass = [&]<int Cols, bool Prefetch>() {
                 int64_t r = 0;
@@ -254,6 +254,47 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
 }
 
+// dot_f16 of q against many rows at once: four rows' chains run interleaved, which hides the FMA latency that
+// one short chain per row waits on; each chain and its final sum are dot_f16's.
+void dots_f16(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* out) {
+    int64_t j = 0;
+    for (; j + 4 <= count; j += 4) {
+        const uint16_t* r[4] = {base + rows[j], base + rows[j + 1], base + rows[j + 2], base + rows[j + 3]};
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const __m256 qv = _mm256_loadu_ps(q + i);
+            for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(qv, load_f16(r[k] + i), acc[k]);
+        }
+        for (int k = 0; k < 4; ++k) {
+            float sum = hsum(acc[k]);
+            for (int64_t t = i; t < n; ++t) sum += q[t] * _cvtsh_ss(r[k][t]);
+            out[j + k] = sum;
+        }
+    }
+    for (; j < count; ++j) out[j] = dot_f16(q, base + rows[j], n);
+}
+
+// out = sum over j of weights[j] * row j, as repeated axpy_f16 from out = 0 computes it (per element, in j
+// order), with 64 outputs at a time kept in registers instead of loaded and stored for every row.
+void weighted_sum_f16(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
+                      float* out) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m256 acc[8];
+        for (auto& a : acc) a = _mm256_setzero_ps();
+        for (int64_t j = 0; j < count; ++j) {
+            const __m256 w = _mm256_set1_ps(weights[j]);
+            const uint16_t* r = base + rows[j] + i;
+            for (int g = 0; g < 8; ++g) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(w, load_f16(r + 8 * g)));
+        }
+        for (int g = 0; g < 8; ++g) _mm256_storeu_ps(out + i + 8 * g, acc[g]);
+    }
+    if (i == n) return;
+    std::fill(out + i, out + n, 0.0f);
+    for (int64_t j = 0; j < count; ++j) axpy_f16(weights[j], base + rows[j] + i, out + i, n - i);
+}
+
 // The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns.
 template <class Products, int R, int C>
 constexpr Kernels table(const char* isa) {
@@ -262,11 +303,14 @@ constexpr Kernels table(const char* isa) {
         quantize_q8,
         {rows_dot<Products, Q8_0, R, C>, rows_dot<Products, Q4_0, R, C>, rows_dot<Products, Q4_1, R, C>},
         {dequantize_q8_0, dequantize_q4_0, dequantize_q4_1},
+        nullptr,
         dot_f32,
         dot_f16,
         axpy_f32,
         axpy_f16,
         round_f16,
+        dots_f16,
+        weighted_sum_f16,
     };
 }
 

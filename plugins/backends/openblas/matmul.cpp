@@ -48,7 +48,12 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     pool.run(n, [&](int64_t c, int) {
         kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
     });
-    const Q8Columns columns{codes, scales, sums, offsets, nb};
+    Q8Columns columns{codes, scales, sums, offsets, nb};
+    if (kern.pack_columns != nullptr) {
+        s.packed.resize(kern.pack_columns(columns, n, nullptr));
+        kern.pack_columns(columns, n, s.packed.data());
+        columns.packed = s.packed.data();
+    }
 
     const int sl = slot(w.type);
     const RowsDotQ8 fast = sl >= 0 ? kern.dot_q8[sl] : nullptr;

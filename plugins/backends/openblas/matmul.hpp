@@ -22,6 +22,7 @@ struct MatmulScratch {
     std::vector<int8_t> codes;          // Q8 activations, column after column
     std::vector<float> scales, sums;    // per block of 32, column after column
     std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
+    std::vector<std::byte> packed;      // the columns as the kernel table's pack_columns lays them out
     std::vector<float> rounded;         // activations as the weight type's dot product sees them
     std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
 };
