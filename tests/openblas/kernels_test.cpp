@@ -41,8 +41,8 @@ TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
                 table->dequantize[s](row.data(), got.data(), k / 32);
                 EXPECT_EQ(got, want);
             }
-            // Tiles of rows and columns with remainders on both sides: 7 rows, 11 columns (a group of 8, a pair, one).
-            const int64_t m = 7, n = 11, nb = k / 32;
+            // Tiles of rows and columns with remainders on both sides: 7 rows, 15 columns (groups of 8 and 6, then one).
+            const int64_t m = 7, n = 15, nb = k / 32;
             const uint64_t row_bytes = cellm::blocks::row_bytes(type, k);
             std::vector<uint8_t> rows(row_bytes * m);
             cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);

@@ -79,8 +79,11 @@ Q8Columns from_column(const Q8Columns& x, int64_t c) {
             x.offsets + c * x.n_blocks * 8, x.n_blocks, nullptr};
 }
 
-// How many pairs the group starting at column c holds (0: the last, odd column).
-constexpr int group_pairs(int64_t n_cols, int64_t c, int P) { return n_cols - c >= 2 * P ? P : n_cols - c >= 2 ? 1 : 0; }
+// How many pairs the group starting at column c holds: P while that many are left, then all the pairs left in
+// one group, so that 4 or 6 columns also decode each weight block once (0: the last, odd column).
+constexpr int group_pairs(int64_t n_cols, int64_t c, int P) {
+    return static_cast<int>(std::min<int64_t>(P, (n_cols - c) / 2));
+}
 
 template <int P>
 size_t pack_columns(const Q8Columns& x, int64_t n_cols, void* out) {
@@ -154,8 +157,8 @@ void pair_tile(const uint8_t* rows, uint64_t row_bytes, const PairedColumns& x, 
     }
 }
 
-// As x86::rows_dot, with pair tiles over the packed groups: columns go 2P at a time, then in pairs, and a
-// last odd one through the 256-bit tile.
+// As x86::rows_dot, with pair tiles over the packed groups: columns go 2P at a time, then the pairs left in one
+// group, and a last odd one through the 256-bit tile.
 template <class F, int R, int P>
 void rows_dot_pairs(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Columns& x, int64_t n_cols, float* y,
                     int64_t y_stride) {
@@ -183,10 +186,15 @@ void rows_dot_pairs(const void* rows, uint64_t row_bytes, int64_t n_rows, const 
                         pair_tile<F, 1, Pairs, Prefetch>(base + r * row_bytes, row_bytes, group, out + r, y_stride);
                 }
             };
+            static_assert(P == 4, "the dispatch below names each group size");
             const bool first = c == 0;
-            if (pairs == P) first ? pass.template operator()<P, true>() : pass.template operator()<P, false>();
-            else if (pairs == 1) first ? pass.template operator()<1, true>() : pass.template operator()<1, false>();
-            else first ? pass.template operator()<0, true>() : pass.template operator()<0, false>();
+            switch (pairs) {
+            case 4: first ? pass.template operator()<4, true>() : pass.template operator()<4, false>(); break;
+            case 3: first ? pass.template operator()<3, true>() : pass.template operator()<3, false>(); break;
+            case 2: first ? pass.template operator()<2, true>() : pass.template operator()<2, false>(); break;
+            case 1: first ? pass.template operator()<1, true>() : pass.template operator()<1, false>(); break;
+            default: first ? pass.template operator()<0, true>() : pass.template operator()<0, false>(); break;
+            }
             if (pairs > 0) packed_at += group_bytes(x.n_blocks, pairs);
             c += pairs > 0 ? 2 * pairs : 1;
         }
