@@ -6,7 +6,13 @@ namespace cellm {
 
 PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, const ChatConfig& chat) : tokenizer_(tokenizer) {
     if (chat.template_name == "auto") {
-        kind_ = detect_chat_template(tokenizer.chat_template()).value_or(ChatTemplateKind::Plain);
+        auto detected = detect_chat_template(tokenizer.chat_template());
+        // Some Gemma GGUFs (gemma-3-270m) carry no tokenizer.chat_template; their turn tokens still tell.
+        if (!detected && tokenizer.chat_template().empty() && tokenizer.find_token("<start_of_turn>") >= 0 &&
+            tokenizer.find_token("<end_of_turn>") >= 0) {
+            detected = ChatTemplateKind::Gemma;
+        }
+        kind_ = detected.value_or(ChatTemplateKind::Plain);
     } else {
         kind_ = chat_template_by_name(chat.template_name);
     }

@@ -15,7 +15,7 @@ namespace cellm {
 class PromptBuilder {
 public:
     // Resolves the template: the manifest's name, or "auto" = the model's own template when it is one of
-    // the known kinds, else plain.
+    // the known kinds (a model without one but with Gemma's turn tokens gets Gemma's), else plain.
     PromptBuilder(const Tokenizer& tokenizer, const ChatConfig& chat);
 
     ChatTemplateKind kind() const { return kind_; }

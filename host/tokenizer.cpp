@@ -1,9 +1,10 @@
 // Vocabulary loading, special-token handling and byte-level BPE, following llama.cpp's llama-vocab.cpp so
-// the ids match it token for token.
+// the ids match it token for token (SentencePiece lives in sentencepiece.cpp).
 #include "tokenizer.h"
 
 #include "error.h"
 #include "pretokenizer.h"
+#include "sentencepiece.h"
 #include "utf8.h"
 
 #include <spdlog/spdlog.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <array>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <optional>
@@ -75,7 +77,7 @@ public:
         if (!value) return std::nullopt;
         if (value->type != CELLM_VALUE_ARRAY || value->v.arr.elem_type != elem) {
             throw Error(std::string(key) + ": expected an array of " +
-                        (elem == CELLM_VALUE_STRING ? "strings" : "int32"));
+                        (elem == CELLM_VALUE_STRING ? "strings" : elem == CELLM_VALUE_F32 ? "float32" : "int32"));
         }
         if (value->v.arr.count > 0 && !value->v.arr.data) throw Error(std::string(key) + ": array has no data");
         return std::make_pair(value->v.arr.data, value->v.arr.count);
@@ -289,7 +291,11 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
     const auto kind = meta.string("tokenizer.ggml.model");
     if (!kind) throw Error("tokenizer.ggml.model: missing (the model file has no tokenizer)");
     tok->model_ = *kind;
-    if (tok->model_ != "gpt2") throw Error("tokenizer model '" + tok->model_ + "' is not supported yet");
+    // "gpt2" is byte-level BPE, "llama" SentencePiece.
+    const bool sentencepiece = tok->model_ == "llama";
+    if (!sentencepiece && tok->model_ != "gpt2") {
+        throw Error("tokenizer model '" + tok->model_ + "' is not supported yet (supported: gpt2, llama)");
+    }
     tok->pre_ = meta.string("tokenizer.ggml.pre").value_or("");
     tok->chat_template_ = meta.string("tokenizer.chat_template").value_or("");
 
@@ -322,8 +328,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         tok->ids_[token.text] = static_cast<int32_t>(i);  // a repeated spelling maps to its last id
     }
 
-    // Special ids: byte-level BPE defaults to 11 for BOS and EOS, as llama.cpp does; an out-of-range id in the
-    // file is ignored with a warning (llama.cpp too), a wrongly typed one is an error.
+    // Special ids: llama.cpp's defaults are 11 for BOS and EOS with byte-level BPE, and BOS 1, EOS 2, UNK 0 with
+    // SentencePiece; an out-of-range id in the file is ignored with a warning (llama.cpp too), a wrongly typed
+    // one is an error.
     const auto special_id = [&](std::string_view key, int32_t fallback) {
         int32_t id = fallback < tok->n_vocab() ? fallback : -1;
         if (const auto value = meta.integer(key)) {
@@ -335,13 +342,18 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         }
         return id;
     };
-    tok->bos_ = special_id("tokenizer.ggml.bos_token_id", 11);
-    tok->eos_ = special_id("tokenizer.ggml.eos_token_id", 11);
+    tok->bos_ = special_id("tokenizer.ggml.bos_token_id", sentencepiece ? 1 : 11);
+    tok->eos_ = special_id("tokenizer.ggml.eos_token_id", sentencepiece ? 2 : 11);
     tok->eot_ = special_id("tokenizer.ggml.eot_token_id", -1);
     tok->eom_ = special_id("tokenizer.ggml.eom_token_id", -1);
+    const int32_t unk = special_id("tokenizer.ggml.unknown_token_id", sentencepiece ? 0 : -1);
 
-    auto pre = PreTokenizer::for_name(tok->pre_);
-    tok->add_bos_ = meta.boolean("tokenizer.ggml.add_bos_token").value_or(pre->traits().default_add_bos);
+    // SentencePiece has no pre-tokenizer; it adds BOS and (unless the file says otherwise) a leading space.
+    std::unique_ptr<PreTokenizer> pre;
+    if (!sentencepiece) pre = PreTokenizer::for_name(tok->pre_);
+    const bool default_add_bos = sentencepiece || pre->traits().default_add_bos;
+    tok->add_bos_ = meta.boolean("tokenizer.ggml.add_bos_token").value_or(default_add_bos);
+    tok->add_space_prefix_ = sentencepiece && meta.boolean("tokenizer.ggml.add_space_prefix").value_or(true);
 
     const auto mark_control = [&](int32_t id) {
         tok->tokens_[id].attr |= attr_control;
@@ -380,7 +392,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
             token.bytes = token.text;
             tok->specials_.push_back(static_cast<int32_t>(i));
         } else if (token.attr & attr_normal) {
-            token.bytes = bytes.decode(token.text);
+            token.bytes = sentencepiece ? sentencepiece_unescape(token.text) : bytes.decode(token.text);
         } else if ((token.attr & attr_byte) && token.text.size() == 6 && token.text.starts_with("<0x")) {
             unsigned value = 0;  // "<0xXX>" byte tokens; a malformed one decodes to nothing
             const auto digits = std::string_view(token.text).substr(3, 2);
@@ -394,6 +406,21 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         return tok->tokens_[a].text.size() > tok->tokens_[b].text.size();
     });
 
+    if (sentencepiece) {
+        const auto score_array = meta.array("tokenizer.ggml.scores", CELLM_VALUE_F32);
+        if (!score_array) throw Error("tokenizer.ggml.scores: missing (SentencePiece needs its scores)");
+        if (score_array->second < n_tokens) {
+            throw Error("tokenizer.ggml.scores: " + std::to_string(score_array->second) + " entries for " +
+                        std::to_string(n_tokens) + " tokens");
+        }
+        std::vector<float> scores(n_tokens);
+        std::memcpy(scores.data(), score_array->first, n_tokens * sizeof(float));
+        for (size_t i = 0; i < n_tokens; ++i) {
+            if (std::isnan(scores[i])) throw Error("tokenizer.ggml.scores[" + std::to_string(i) + "] is NaN");
+        }
+        tok->encoder_ = make_sentencepiece_encoder(tok->ids_, std::move(scores), unk);
+        return tok;
+    }
     std::span<const cellm_string_ref> merges;
     if (const auto merge_array = meta.array("tokenizer.ggml.merges", CELLM_VALUE_STRING)) {
         merges = {static_cast<const cellm_string_ref*>(merge_array->first), merge_array->second};
@@ -445,12 +472,22 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_bos, bool
         if (bos_ < 0) throw Error("the model has no BOS token (tokenizer.ggml.bos_token_id)");
         ids.push_back(bos_);
     }
+    bool after_special = true;  // the start of the text counts as following a special token
     for (const auto& fragment : fragments) {
         if (fragment.token >= 0) {
             ids.push_back(fragment.token);
-        } else {
-            encoder_->encode(std::string_view(clean).substr(fragment.begin, fragment.end - fragment.begin), ids);
+            after_special = true;
+            continue;
         }
+        const auto piece = std::string_view(clean).substr(fragment.begin, fragment.end - fragment.begin);
+        if (add_space_prefix_ && after_special) {
+            std::string prefixed(1, ' ');
+            prefixed.append(piece);
+            encoder_->encode(prefixed, ids);
+        } else {
+            encoder_->encode(piece, ids);
+        }
+        after_special = false;
     }
     return ids;
 }

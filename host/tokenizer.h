@@ -1,6 +1,6 @@
 // Text <-> token ids for a model, built from the GGUF-vocabulary metadata of its model view, with the same
-// results as llama.cpp (llama-vocab.cpp): special tokens split out first, then the model's encoder.
-// Byte-level BPE ("gpt2") is implemented; SentencePiece ("llama") will be a sibling encoder.
+// results as llama.cpp (llama-vocab.cpp): special tokens split out first, then the model's encoder, byte-level
+// BPE ("gpt2") or SentencePiece ("llama", sentencepiece.h).
 #pragma once
 
 #include <cellm/tensor.h>
@@ -30,10 +30,10 @@ public:
     // User-defined tokens are always matched whole, as in llama.cpp. Malformed UTF-8 reads as U+FFFD.
     std::vector<int32_t> encode(std::string_view text, bool add_bos, bool parse_special) const;
 
-    // The bytes a token stands for (byte-level decoded); control, user-defined and unknown tokens give their
-    // text, unused ones nothing. Throws cellm::Error for an id outside the vocabulary.
+    // The bytes a token stands for (byte-level decoded, or U+2581 read as a space, or a <0xXX> byte token's
+    // byte); control, user-defined and unknown tokens give their text, unused ones nothing. Throws cellm::Error for an id outside the vocabulary.
     const std::string& token_bytes(int32_t id) const;
-    // The token's spelling in the vocabulary (byte-level encoded).
+    // The token's spelling in the vocabulary (byte-level encoded, or with U+2581 for spaces).
     const std::string& token_text(int32_t id) const;
     // Concatenated token_bytes (what a streaming printer shows; no space clean-up). Throws for a bad id.
     std::string decode(std::span<const int32_t> ids) const;
@@ -47,7 +47,7 @@ public:
     bool add_bos() const { return add_bos_; }
     // eos, eot, eom and the end-of-turn tokens llama.cpp recognises by text (<|im_end|>, <|eot_id|>, ...).
     bool is_end_of_generation(int32_t id) const;
-    // Control, user-defined or unknown tokens: the ones split out of text before BPE.
+    // Control, user-defined or unknown tokens: the ones split out of text before the encoder runs.
     bool is_special(int32_t id) const;
     const std::string& model() const { return model_; }
     const std::string& pre() const { return pre_; }
@@ -89,6 +89,7 @@ private:
     std::string model_, pre_, chat_template_;
     int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1;
     bool add_bos_ = false;
+    bool add_space_prefix_ = false;  // SentencePiece: a space before text at the start or after a special token
 };
 
 // Streaming-safe detokenization: returns only complete UTF-8 characters and holds back an incomplete tail

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes tests/data/tokenizer/smollm2.json, the reference the tokenizer tests compare against.
+"""Writes tests/data/tokenizer/smollm2.json and gemma3.json, the references the tokenizer tests compare against.
 
 - token ids from llama.cpp (llama-cpp-python, vocab only) on the real SmolLM2 GGUF, for texts covering ASCII,
   accents, CJK, emoji with ZWJ sequences, whitespace runs, long numbers, code and special tokens;
@@ -7,10 +7,14 @@
 - chat prompts rendered by jinja2 from the SmolLM2 template (read from the GGUF) and the official Llama 3 and
   Gemma 3 templates (below), with their ids where the vocabulary is SmolLM2's;
 - HF `tokenizers` splits of the texts for every pre-tokenizer pattern set cellm implements, so each variant is
-  checked without its model.
+  checked without its model;
+- for Gemma 3's SentencePiece vocabulary (gemma3.json): llama.cpp's ids for the same texts plus Gemma's own
+  special tokens, with and without BOS and special-token parsing, its detokenization of those ids, the pieces,
+  and Gemma 3's chat template rendered by jinja2 with the ids of each prompt.
 
-Run with /root/.cache/cellm/venv/bin/python scripts/make_tokenizer_reference.py [model.gguf]
+Run with /root/.cache/cellm/venv/bin/python scripts/make_tokenizer_reference.py [smollm2.gguf [gemma3.gguf]]
 """
+import ctypes
 import json
 import os
 import re
@@ -23,8 +27,10 @@ from tokenizers import Regex, pre_tokenizers
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests/data/tokenizer/smollm2.json"
-MODEL = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(
-    os.environ.get("CELLM_MODELS", Path.home() / ".cache/cellm/models")) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA_OUT = ROOT / "tests/data/tokenizer/gemma3.json"
+MODELS = Path(os.environ.get("CELLM_MODELS", Path.home() / ".cache/cellm/models"))
+MODEL = Path(sys.argv[1]) if len(sys.argv) > 1 else MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+GEMMA_MODEL = Path(sys.argv[2]) if len(sys.argv) > 2 else MODELS / "gemma-3-270m-q4_k_m.gguf"
 
 TEXTS = [
     "Hello, world! How's it going? I'm fine, they'll say we've done it, you'd think. DON'T SHOUT.",
@@ -98,10 +104,14 @@ LLAMA3_TEMPLATE = (
     "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
     "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
 
-# Gemma 3's chat_template (text-only parts).
+# Gemma 3's chat_template (google/gemma-3-*-it tokenizer_config.json); the 270m GGUF carries none.
 GEMMA_TEMPLATE = """{{ bos_token }}
 {%- if messages[0]['role'] == 'system' -%}
-    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
     {%- set loop_messages = messages[1:] -%}
 {%- else -%}
     {%- set first_user_prefix = "" -%}
@@ -117,8 +127,20 @@ GEMMA_TEMPLATE = """{{ bos_token }}
         {%- set role = message['role'] -%}
     {%- endif -%}
     {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
-    {{- message['content'] | trim }}
-    {{- '<end_of_turn>\n' }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}
     {{'<start_of_turn>model\n'}}
@@ -142,9 +164,77 @@ def render(source, messages, bos_token):
     return env.from_string(source).render(messages=messages, add_generation_prompt=True, bos_token=bos_token)
 
 
+# Gemma's own turn and control tokens, as the SmolLM2 texts carry SmolLM2's.
+GEMMA_SPECIAL_TEXT = "<start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\n<eos>x<end_of_turn><bos>  y"
+
+GEMMA_CONVERSATIONS = CONVERSATIONS + [
+    [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Sky colour?"},
+     {"role": "assistant", "content": " Blue. "}, {"role": "user", "content": "And grass?\n"}],
+]
+
+
 def hf_split(patterns, text):
     pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(p), behavior="isolated") for p in patterns])
     return [piece for piece, _ in pre.pre_tokenize_str(text)]
+
+
+def write_json(path, data):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, ensure_ascii=False, indent=1)
+    # Lists of ids and pieces on one line each keep the file small and its diffs readable.
+    text = re.sub(r"\[\n\s*([^\[\]{}]*?)\n\s*\]", lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", text)
+    path.write_text(text + "\n", encoding="utf-8")
+    print(f"wrote {path} ({path.stat().st_size} bytes)")
+
+
+def write_gemma3():
+    if not GEMMA_MODEL.exists():
+        sys.exit(f"{GEMMA_MODEL} is missing: run scripts/fetch_models.sh")
+    llm = llama_cpp.Llama(model_path=str(GEMMA_MODEL), vocab_only=True, verbose=False)
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+
+    def ids(text, add_bos, special):
+        return llm.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special)
+
+    def detokenize(tokens):
+        # llama.cpp's own detokenizer, special tokens written out (llama-cpp-python's wrapper drops a space).
+        array = (llama_cpp.llama_token * max(len(tokens), 1))(*tokens)
+        buf = ctypes.create_string_buffer(16 * len(tokens) + 64)
+        n = llama_cpp.llama_detokenize(vocab, array, len(tokens), buf, len(buf), False, True)
+        assert n >= 0
+        return buf.raw[:n].decode("utf-8")
+
+    def piece(token):
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, True)
+        assert 0 <= n <= len(buf)
+        return buf.raw[:n].hex()
+
+    encode = []
+    for text in TEXTS + [GEMMA_SPECIAL_TEXT]:
+        for add_bos in (False, True):
+            for special in (False, True):
+                tokens = ids(text, add_bos, special)
+                encode.append({"text": text, "add_bos": add_bos, "parse_special": special, "ids": tokens,
+                               "decoded": detokenize(tokens)})
+    all_ids = sorted({i for entry in encode for i in entry["ids"]} | set(range(8)) | set(range(236, 300)))
+
+    chat = []
+    for messages in GEMMA_CONVERSATIONS:
+        rendered = render(GEMMA_TEMPLATE, messages, "<bos>")
+        chat.append({"template": "gemma", "messages": messages, "rendered": rendered,
+                     "ids": ids(rendered, False, True)})
+
+    write_json(GEMMA_OUT, {
+        "model": GEMMA_MODEL.name,
+        "tokenizer": {"model": llm.metadata.get("tokenizer.ggml.model"), "n_vocab": llm.n_vocab(),
+                      "bos": llm.token_bos(), "eos": llm.token_eos(),
+                      "add_bos": llm.metadata.get("tokenizer.ggml.add_bos_token") == "true",
+                      "chat_template": llm.metadata.get("tokenizer.chat_template", "")},
+        "encode": encode,
+        "pieces_hex": {str(i): piece(i) for i in all_ids},
+        "chat": chat,
+    })
 
 
 def main():
@@ -186,12 +276,8 @@ def main():
         "chat": chat,
         "splits": splits,
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, ensure_ascii=False, indent=1)
-    # Lists of ids and pieces on one line each keep the file small and its diffs readable.
-    text = re.sub(r"\[\n\s*([^\[\]{}]*?)\n\s*\]", lambda m: "[" + re.sub(r",\n\s*", ", ", m.group(1)) + "]", text)
-    OUT.write_text(text + "\n", encoding="utf-8")
-    print(f"wrote {OUT} ({OUT.stat().st_size} bytes)")
+    write_json(OUT, data)
+    write_gemma3()
 
 
 if __name__ == "__main__":

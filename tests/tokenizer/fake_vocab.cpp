@@ -28,9 +28,10 @@ std::string byte_level(const std::string& bytes) {
     return out;
 }
 
-FakeVocab& FakeVocab::token(std::string text, int32_t type) {
+FakeVocab& FakeVocab::token(std::string text, int32_t type, float score) {
     tokens_.push_back(std::move(text));
     types_.push_back(type);
+    scores_.push_back(score);
     return *this;
 }
 
@@ -75,6 +76,21 @@ FakeVocab& FakeVocab::token_types_as_strings() {
     return *this;
 }
 
+FakeVocab& FakeVocab::scores_as_strings() {
+    scores_as_strings_ = true;
+    return *this;
+}
+
+FakeVocab& FakeVocab::drop_last_score() {
+    drop_last_score_ = true;
+    return *this;
+}
+
+FakeVocab& FakeVocab::set_score(const std::string& text, float score) {
+    scores_.at(static_cast<size_t>(id_of(text))) = score;
+    return *this;
+}
+
 int32_t FakeVocab::id_of(const std::string& text) const {
     const auto it = std::find(tokens_.begin(), tokens_.end(), text);
     return it == tokens_.end() ? -1 : static_cast<int32_t>(it - tokens_.begin());
@@ -106,6 +122,9 @@ const cellm_model_view& FakeVocab::view() {
                                          ? array(CELLM_VALUE_STRING, token_refs_.data(), token_refs_.size())
                                          : array(CELLM_VALUE_I32, types_.data(), types_.size()));
     add("tokenizer.ggml.merges", array(CELLM_VALUE_STRING, merge_refs_.data(), merge_refs_.size()));
+    const size_t n_scores = scores_.size() - (drop_last_score_ ? 1 : 0);
+    add("tokenizer.ggml.scores", scores_as_strings_ ? array(CELLM_VALUE_STRING, token_refs_.data(), token_refs_.size())
+                                                    : array(CELLM_VALUE_F32, scores_.data(), n_scores));
     view_ = {};
     view_.struct_size = sizeof(view_);
     view_.n_meta = meta_.size();

@@ -132,8 +132,8 @@ TEST(Tokenizer, MalformedMetadataIsAClearError) {
     expect_error(no_space.merge("hello"), "expected two tokens separated by a space");
     auto bad_types = hello_vocab();
     expect_error(bad_types.token_types_as_strings(), "tokenizer.ggml.token_type: expected an array of int32");
-    auto spm = hello_vocab();
-    expect_error(spm.model("llama"), "tokenizer model 'llama' is not supported yet");
+    auto unigram = hello_vocab();
+    expect_error(unigram.model("t5"), "tokenizer model 't5' is not supported yet");
     auto unknown_pre = hello_vocab();
     expect_error(unknown_pre.pre("klingon"), "unknown pre-tokenizer 'klingon'");
     auto no_model = hello_vocab();
