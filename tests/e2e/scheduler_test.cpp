@@ -282,9 +282,8 @@ TEST(BlockBookkeeping, ForkedSequencesDivergeWithoutTouchingEachOther) {
 
 TEST(BlockBookkeeping, RandomOperationsNeverLeakBlocks) {
     const auto model = synthetic_model(CELLM_TYPE_Q8_0);
-    Stack s = make_stack(model, "scalar", engine_options(1));
-    const uint64_t block_bytes = s.engine->kv_cache().bytes_per_token() * 8;
-    s = make_stack(model, "scalar", engine_options(1, block_bytes * 24));
+    const uint64_t block_bytes = make_stack(model, "scalar", engine_options(1)).engine->kv_cache().bytes_per_token() * 8;
+    Stack s = make_stack(model, "scalar", engine_options(1, block_bytes * 24));
     Engine& engine = *s.engine;
     std::mt19937 rng(20261121);
     std::vector<int32_t> live;
