@@ -1,4 +1,4 @@
-// cellm-make-model: writes a synthetic llama, qwen2 or qwen3 GGUF with random weights, for tests and benchmarks
+// cellm-make-model: writes a synthetic llama, qwen2, qwen3 or gemma3 GGUF with random weights, for tests and benchmarks
 // on machines that have no real checkpoint (and no Python).
 #include "synthetic_model.h"
 
@@ -8,11 +8,11 @@
 #include <iostream>
 
 int main(int argc, char** argv) {
-    CLI::App app{"Write a synthetic llama, qwen2 or qwen3 GGUF model with random weights"};
+    CLI::App app{"Write a synthetic llama, qwen2, qwen3 or gemma3 GGUF model with random weights"};
     std::string out, preset = "tiny", type = "f32";
     uint64_t seed = 1;
     app.add_option("--out", out, "output GGUF path")->required();
-    app.add_option("--preset", preset, "model shape and arch: tiny, smollm2-135m (llama), qwen2-tiny, qwen3-tiny")
+    app.add_option("--preset", preset, "model shape and arch: tiny, smollm2-135m (llama), qwen2-tiny, qwen3-tiny, gemma3-tiny")
         ->capture_default_str();
     app.add_option("--type", type, "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k")
         ->capture_default_str();

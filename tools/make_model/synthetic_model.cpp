@@ -16,6 +16,7 @@ constexpr Preset preset_table[] = {
     {"smollm2-135m", "llama", 49152, 576, 1536, 30, 9, 3, 64, 8192, 100000.0f, 1e-5f, true},
     {"qwen2-tiny", "qwen2", 512, 256, 512, 2, 4, 2, 64, 256, 1000000.0f, 1e-6f, true},
     {"qwen3-tiny", "qwen3", 512, 256, 512, 2, 4, 2, 128, 256, 1000000.0f, 1e-6f, false},
+    {"gemma3-tiny", "gemma3", 512, 256, 512, 6, 4, 1, 128, 256, 1000000.0f, 1e-6f, true, 8},
 };
 
 struct WeightType {
@@ -45,7 +46,8 @@ struct TensorPlan {
 std::vector<TensorPlan> plan_tensors(const Preset& p) {
     const int64_t embd = p.n_embd, head_dim = p.head_dim;
     const int64_t q_dim = head_dim * p.n_head, kv_dim = head_dim * p.n_head_kv;
-    const bool qkv_bias = p.arch == "qwen2", qk_norm = p.arch == "qwen3";
+    const bool gemma3 = p.arch == "gemma3";
+    const bool qkv_bias = p.arch == "qwen2", qk_norm = p.arch == "qwen3" || gemma3;
     const Init embedding = p.tied_embeddings ? Init::tied_embedding : Init::embedding;
     std::vector<TensorPlan> plan{{"token_embd.weight", {embd, p.n_vocab}, embedding}};
     for (uint32_t l = 0; l < p.n_layer; ++l) {
@@ -64,10 +66,12 @@ std::vector<TensorPlan> plan_tensors(const Preset& p) {
             plan.push_back({blk + "attn_k_norm.weight", {head_dim}, Init::head_norm_gain});
         }
         plan.push_back({blk + "attn_output.weight", {q_dim, embd}, Init::projection});
+        if (gemma3) plan.push_back({blk + "post_attention_norm.weight", {embd}, Init::norm_gain});
         plan.push_back({blk + "ffn_norm.weight", {embd}, Init::norm_gain});
         plan.push_back({blk + "ffn_gate.weight", {embd, p.n_ff}, Init::projection});
         plan.push_back({blk + "ffn_up.weight", {embd, p.n_ff}, Init::projection});
         plan.push_back({blk + "ffn_down.weight", {p.n_ff, embd}, Init::projection});
+        if (gemma3) plan.push_back({blk + "post_ffw_norm.weight", {embd}, Init::norm_gain});
     }
     plan.push_back({"output_norm.weight", {embd}, Init::norm_gain});
     if (!p.tied_embeddings) plan.push_back({"output.weight", {embd, p.n_vocab}, Init::projection});
@@ -128,8 +132,8 @@ std::vector<uint8_t> generate(const TensorPlan& t, cellm_dtype type, Random& ran
 }
 
 // The keys llama.cpp's converter writes for each arch: llama files carry vocab_size and rope.dimension_count,
-// Qwen files leave both to their defaults (token_embd's rows, the head size), and qwen3 files state the head
-// size because it is not n_embd / n_head.
+// Qwen and Gemma files leave both to their defaults (token_embd's rows, the head size), qwen3 and gemma3 files
+// state the head size because it is not n_embd / n_head, and gemma3 files the sliding window.
 void add_metadata(gguf::Writer& w, const Preset& p) {
     const std::string arch(p.arch);
     w.add("general.architecture", arch);
@@ -145,10 +149,11 @@ void add_metadata(gguf::Writer& w, const Preset& p) {
     w.add(arch + ".rope.freq_base", p.rope_theta);
     w.add(arch + ".attention.layer_norm_rms_epsilon", p.rms_eps);
     if (arch == "llama") w.add(arch + ".rope.dimension_count", p.head_dim);
-    if (arch == "qwen3") {
+    if (arch == "qwen3" || arch == "gemma3") {
         w.add(arch + ".attention.key_length", p.head_dim);
         w.add(arch + ".attention.value_length", p.head_dim);
     }
+    if (arch == "gemma3") w.add(arch + ".attention.sliding_window", p.sliding_window);
 
     const Vocabulary vocab = build_vocabulary(p.n_vocab);
     w.add("tokenizer.ggml.model", "gpt2");

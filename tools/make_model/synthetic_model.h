@@ -1,5 +1,5 @@
 // Synthetic GGUF models with random weights (deterministic for a seed): the test and benchmark stand-in for a
-// real checkpoint, with llama.cpp's tensor names and metadata keys for the llama, qwen2 and qwen3 archs.
+// real checkpoint, with llama.cpp's tensor names and metadata keys for the llama, qwen2, qwen3 and gemma3 archs.
 #pragma once
 
 #include "gguf_writer.h"
@@ -15,17 +15,20 @@ namespace cellm::synthetic {
 
 struct Preset {
     std::string_view name;
-    // general.architecture: "llama", "qwen2" (biases on Q, K and V) or "qwen3" (RMSNorm of each Q and K head
-    // before RoPE, head_dim written as attention.key_length).
+    // general.architecture: "llama", "qwen2" (biases on Q, K and V), "qwen3" (RMSNorm of each Q and K head
+    // before RoPE, head_dim written as attention.key_length) or "gemma3" (qwen3's head norms plus norms after
+    // attention and the feed-forward, and a sliding window on all but every sixth layer).
     std::string_view arch;
     uint32_t n_vocab, n_embd, n_ff, n_layer, n_head, n_head_kv, head_dim, n_ctx;
     float rope_theta, rms_eps;
     bool tied_embeddings;  // no output.weight: logits reuse token_embd.weight
+    uint32_t sliding_window = 0;  // gemma3 only: attention.sliding_window
 };
 
-// "tiny" (n_embd 256, every row a multiple of 256, so K-quants work), "smollm2-135m" (its exact shape), and
+// "tiny" (n_embd 256, every row a multiple of 256, so K-quants work), "smollm2-135m" (its exact shape),
 // "qwen2-tiny" and "qwen3-tiny" (tiny's shape as those archs; qwen3's heads are 128 wide, so n_head x head_dim
-// differs from n_embd, as in the real Qwen3 models).
+// differs from n_embd, as in the real Qwen3 models), and "gemma3-tiny" (6 layers, so that layer 5 is global
+// and the others local with a window of 8 positions; one KV head of 128, like Gemma-3-270M's single KV head).
 std::span<const Preset> presets();
 // Throws std::invalid_argument listing the known presets.
 const Preset& find_preset(std::string_view name);

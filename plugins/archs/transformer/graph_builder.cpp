@@ -91,9 +91,23 @@ int32_t GraphBuilder::rms_norm(int32_t x, int32_t w, float eps, const std::strin
     return append(n, name);
 }
 
+int32_t GraphBuilder::scale(int32_t x, float factor, const std::string& name) {
+    cellm_node n = make(CELLM_OP_SCALE, shape(x), {x});
+    n.fparams[0] = factor;
+    return append(n, name);
+}
+
+int32_t GraphBuilder::tanh(int32_t x, const std::string& name) { return append(make(CELLM_OP_TANH, shape(x), {x}), name); }
+
 int32_t GraphBuilder::swiglu(int32_t gate, int32_t up, const std::string& name) {
     cellm_node n = make(CELLM_OP_GLU, shape(gate), {gate, up});
     n.iparams[0] = 0;  // SiLU
+    return append(n, name);
+}
+
+int32_t GraphBuilder::geglu(int32_t gate, int32_t up, const std::string& name) {
+    cellm_node n = make(CELLM_OP_GLU, shape(gate), {gate, up});
+    n.iparams[0] = 1;  // GELU (tanh)
     return append(n, name);
 }
 
@@ -123,9 +137,9 @@ int32_t GraphBuilder::attention(const Attention& a, const std::string& name) {
     n.iparams[1] = a.n_head_kv;
     n.iparams[2] = a.head_dim;
     n.iparams[3] = a.block_size;
-    n.iparams[4] = 0;  // no sliding window
+    n.iparams[4] = a.window;
     n.fparams[0] = a.scale;
-    n.fparams[1] = 0.0f;  // no soft-cap
+    n.fparams[1] = a.softcap;
     return append(n, name);
 }
 

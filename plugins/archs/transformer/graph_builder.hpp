@@ -38,7 +38,10 @@ public:
     int32_t linear(int32_t w_tensor, int32_t bias_tensor, int32_t x, const std::string& name);
     int32_t add(int32_t a, int32_t b, const std::string& name);
     int32_t rms_norm(int32_t x, int32_t w, float eps, const std::string& name);
+    int32_t scale(int32_t x, float factor, const std::string& name);
+    int32_t tanh(int32_t x, const std::string& name);
     int32_t swiglu(int32_t gate, int32_t up, const std::string& name);
+    int32_t geglu(int32_t gate, int32_t up, const std::string& name);  // GELU (tanh approximation) gating
     int32_t reshape(int32_t x, Shape ne, const std::string& name);
     int32_t rope(int32_t x, int32_t positions, int32_t freq_factors, int32_t n_rot, cellm_rope_mode mode,
                  float freq_base, float freq_scale, const std::string& name);
@@ -48,6 +51,8 @@ public:
         int32_t q, k_pool, v_pool, block_table, token_seq, positions;
         int32_t n_head, n_head_kv, head_dim, block_size;
         float scale;
+        int32_t window = 0;    // sliding window in positions, 0 = unlimited
+        float softcap = 0.0f;  // logit soft-cap, 0 = none
     };
     int32_t attention(const Attention& a, const std::string& name);
 
