@@ -16,5 +16,6 @@ Command add_plugins(CLI::App& app);
 Command add_inspect(CLI::App& app);
 Command add_tokenize(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_convert(CLI::App& app);
 
 }  // namespace cellm::cli

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
     add("inspect", "Show a model file's format, arch, hyperparameters, tokenizer and tensors", cellm::cli::add_inspect);
     add("tokenize", "Show the token ids of a text", cellm::cli::add_tokenize);
     add("bench", "Measure prefill and decode speed, time to first token and peak memory", cellm::cli::add_bench);
+    add("convert", "Write any model the host can open as a .cellm file (docs/format.md)", cellm::cli::add_convert);
 
     try {
         app.parse(argc, argv);
