@@ -1,0 +1,147 @@
+#include "hf_config.h"
+
+#include "plugin_host.hpp"
+
+#include <fstream>
+#include <iterator>
+
+namespace cellm::safetensors_plugin {
+namespace {
+
+using nlohmann::json;
+
+// model_type -> cellm arch, for the archs whose Hugging Face weights map one to one onto the GGUF ones.
+std::optional<std::string> arch_of(const std::string& model_type) {
+    if (model_type == "llama" || model_type == "qwen2" || model_type == "qwen3") return model_type;
+    return std::nullopt;
+}
+
+std::optional<std::string> arch_of_class(const std::string& cls) {
+    if (cls == "LlamaForCausalLM") return "llama";
+    if (cls == "Qwen2ForCausalLM") return "qwen2";
+    if (cls == "Qwen3ForCausalLM") return "qwen3";
+    return std::nullopt;
+}
+
+class ConfigReader {
+public:
+    ConfigReader(const json& config, const std::string& file) : config_(config), file_(file) {}
+
+    const json* find(const char* key) const {
+        const auto it = config_.find(key);
+        return it == config_.end() || it->is_null() ? nullptr : &*it;
+    }
+
+    uint32_t dimension(const char* key) const {
+        const json* v = find(key);
+        if (v == nullptr) fail(CELLM_ERR_NOT_FOUND, std::string("missing '") + key + "'");
+        return dimension_value(key, *v);
+    }
+    std::optional<uint32_t> optional_dimension(const char* key) const {
+        const json* v = find(key);
+        return v == nullptr ? std::nullopt : std::optional(dimension_value(key, *v));
+    }
+    std::optional<float> optional_number(const char* key) const {
+        const json* v = find(key);
+        if (v == nullptr) return std::nullopt;
+        if (!v->is_number()) fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a number");
+        return v->get<float>();
+    }
+    // bos_token_id / eos_token_id: an integer, or a list whose first entry counts (Llama 3 lists several EOS).
+    std::optional<int64_t> token_id(const char* key) const {
+        const json* v = find(key);
+        if (v != nullptr && v->is_array() && !v->empty()) v = &(*v)[0];
+        if (v == nullptr || !v->is_number_integer()) return std::nullopt;
+        return v->get<int64_t>();
+    }
+
+    [[noreturn]] void fail(cellm_status_code code, const std::string& message) const {
+        throw plugin::Failure(code, file_ + ": " + message);
+    }
+
+private:
+    uint32_t dimension_value(const char* key, const json& v) const {
+        if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > (1u << 30)) {
+            fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a positive integer of plausible size");
+        }
+        return v.get<uint32_t>();
+    }
+
+    const json& config_;
+    const std::string& file_;
+};
+
+}  // namespace
+
+json read_json_file(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        std::error_code ec;
+        const bool exists = std::filesystem::exists(path, ec);
+        throw plugin::Failure(exists ? CELLM_ERR_IO : CELLM_ERR_NOT_FOUND,
+                              path.string() + (exists ? ": cannot be read" : ": missing"));
+    }
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    try {
+        return json::parse(text);
+    } catch (const json::parse_error& e) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, path.string() + ": not valid JSON: " + e.what());
+    }
+}
+
+HfConfig read_config(const json& config, const std::string& file, MetaTable& meta) {
+    if (!config.is_object()) throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": not a JSON object");
+    const ConfigReader c(config, file);
+
+    HfConfig out;
+    const json* model_type = c.find("model_type");
+    const json* classes = c.find("architectures");
+    std::optional<std::string> arch;
+    if (model_type != nullptr && model_type->is_string()) arch = arch_of(model_type->get<std::string>());
+    if (!arch && classes != nullptr && classes->is_array() && !classes->empty() && (*classes)[0].is_string()) {
+        arch = arch_of_class((*classes)[0].get<std::string>());
+    }
+    if (!arch) {
+        const std::string named = model_type != nullptr ? model_type->dump() : classes != nullptr ? classes->dump() : "none";
+        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3)");
+    }
+    out.arch = *arch;
+    const std::string k = out.arch + ".";
+
+    meta.add_string("general.architecture", out.arch);
+    meta.add_u32(k + "embedding_length", c.dimension("hidden_size"));
+    meta.add_u32(k + "block_count", c.dimension("num_hidden_layers"));
+    meta.add_u32(k + "feed_forward_length", c.dimension("intermediate_size"));
+    out.n_head = c.dimension("num_attention_heads");
+    out.n_head_kv = c.optional_dimension("num_key_value_heads").value_or(out.n_head);
+    meta.add_u32(k + "attention.head_count", out.n_head);
+    meta.add_u32(k + "attention.head_count_kv", out.n_head_kv);
+    meta.add_u32(k + "context_length", c.dimension("max_position_embeddings"));
+    meta.add_u32(k + "vocab_size", c.dimension("vocab_size"));
+    if (const auto head_dim = c.optional_dimension("head_dim")) {
+        meta.add_u32(k + "attention.key_length", *head_dim);
+        meta.add_u32(k + "attention.value_length", *head_dim);
+    }
+    const auto eps = c.optional_number("rms_norm_eps");
+    if (!eps) c.fail(CELLM_ERR_NOT_FOUND, "missing 'rms_norm_eps'");
+    meta.add_f32(k + "attention.layer_norm_rms_epsilon", *eps);
+    if (const auto theta = c.optional_number("rope_theta")) meta.add_f32(k + "rope.freq_base", *theta);
+
+    if (const json* scaling = c.find("rope_scaling")) {
+        const json* type = scaling->is_object() && scaling->contains("rope_type") ? &(*scaling)["rope_type"]
+                           : scaling->is_object() && scaling->contains("type")    ? &(*scaling)["type"]
+                                                                                   : nullptr;
+        const std::string name = type != nullptr && type->is_string() ? type->get<std::string>() : "";
+        const json* factor = scaling->is_object() && scaling->contains("factor") ? &(*scaling)["factor"] : nullptr;
+        if (name != "linear" || factor == nullptr || !factor->is_number()) {
+            c.fail(CELLM_ERR_UNSUPPORTED, "rope_scaling " + scaling->dump() + " is not supported (linear with a factor)");
+        }
+        meta.add_string(k + "rope.scaling.type", "linear");
+        meta.add_f32(k + "rope.scaling.factor", factor->get<float>());
+    }
+    out.bos_token_id = c.token_id("bos_token_id");
+    out.eos_token_id = c.token_id("eos_token_id");
+    return out;
+}
+
+}  // namespace cellm::safetensors_plugin

@@ -1,0 +1,200 @@
+#include "hf_folder.h"
+
+#include "hf_config.h"
+#include "hf_tokenizer.h"
+#include "plugin_host.hpp"
+#include "shard.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+
+namespace fs = std::filesystem;
+
+namespace cellm::safetensors_plugin {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* single_file = "model.safetensors";
+constexpr const char* index_file = "model.safetensors.index.json";
+
+// Hugging Face's per-layer names and llama.cpp's, for the archs read_config accepts.
+constexpr std::pair<std::string_view, std::string_view> layer_names[] = {
+    {"input_layernorm.weight", "attn_norm.weight"},
+    {"self_attn.q_proj.weight", "attn_q.weight"},
+    {"self_attn.q_proj.bias", "attn_q.bias"},
+    {"self_attn.k_proj.weight", "attn_k.weight"},
+    {"self_attn.k_proj.bias", "attn_k.bias"},
+    {"self_attn.v_proj.weight", "attn_v.weight"},
+    {"self_attn.v_proj.bias", "attn_v.bias"},
+    {"self_attn.o_proj.weight", "attn_output.weight"},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight"},
+    {"post_attention_layernorm.weight", "ffn_norm.weight"},
+    {"mlp.gate_proj.weight", "ffn_gate.weight"},
+    {"mlp.up_proj.weight", "ffn_up.weight"},
+    {"mlp.down_proj.weight", "ffn_down.weight"},
+};
+
+// The GGUF name of a Hugging Face tensor; nullopt for one the engine does not use (rotary_emb.inv_freq, a
+// buffer older checkpoints saved).
+std::optional<std::string> gguf_name(const std::string& hf, const std::string& file) {
+    if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+    if (hf == "model.norm.weight") return "output_norm.weight";
+    if (hf == "lm_head.weight") return "output.weight";
+    if (hf.ends_with(".rotary_emb.inv_freq")) return std::nullopt;
+    constexpr std::string_view layers = "model.layers.";
+    if (hf.starts_with(layers)) {
+        const size_t dot = hf.find('.', layers.size());
+        const std::string index = hf.substr(layers.size(), dot == std::string::npos ? 0 : dot - layers.size());
+        const bool numeric = !index.empty() && index.size() <= 6 &&
+                             std::all_of(index.begin(), index.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (numeric) {
+            const std::string_view rest = std::string_view(hf).substr(dot + 1);
+            for (const auto& [from, to] : layer_names) {
+                if (rest == from) return "blk." + std::to_string(std::stoi(index)) + "." + std::string(to);
+            }
+        }
+    }
+    throw plugin::Failure(CELLM_ERR_UNSUPPORTED, file + ": tensor '" + hf + "' has no counterpart in cellm's archs");
+}
+
+// Llama's GGUF files store Q and K with each head's rows interleaved (the first and second halves of a head
+// alternate) so that RoPE rotates adjacent pairs; Hugging Face keeps the halves apart. This is
+// convert_hf_to_gguf.py's permute: reshape(n_head, 2, rows/n_head/2, cols).swapaxes(1, 2), on whole rows,
+// so the bytes are exactly those of a converted GGUF file.
+void permute_rows(const ShardTensor& t, uint32_t n_head, uint8_t* out, const std::string& file) {
+    const auto rows = static_cast<uint64_t>(t.shape[0]);
+    if (rows % (2 * uint64_t{n_head}) != 0) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": tensor '" + t.name + "' has " + std::to_string(rows) +
+                                                     " rows, not a multiple of 2 x " + std::to_string(n_head) + " heads");
+    }
+    const uint64_t row_bytes = t.size / rows;
+    const uint64_t half = rows / n_head / 2;
+    for (uint64_t h = 0; h < n_head; ++h) {
+        for (uint64_t i = 0; i < half; ++i) {
+            for (uint64_t j = 0; j < 2; ++j) {
+                const uint64_t from = h * 2 * half + j * half + i;
+                const uint64_t to = h * 2 * half + i * 2 + j;
+                std::memcpy(out + to * row_bytes, t.data + from * row_bytes, row_bytes);
+            }
+        }
+    }
+}
+
+// A shard name from the index must stay inside the folder.
+void check_shard_name(const std::string& name, const std::string& index) {
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, index + ": shard name '" + name + "' is not a file in the folder");
+    }
+}
+
+}  // namespace
+
+bool is_model_folder(const fs::path& folder) {
+    std::error_code ec;
+    return fs::is_regular_file(folder / "config.json", ec) &&
+           (fs::exists(folder / single_file, ec) || fs::exists(folder / index_file, ec));
+}
+
+std::vector<std::string> HfFolder::shard_names(const fs::path& folder, std::vector<std::pair<std::string, std::string>>& index) {
+    std::error_code ec;
+    const fs::path index_path = folder / index_file;
+    if (!fs::exists(index_path, ec)) {
+        if (!fs::exists(folder / single_file, ec)) {
+            throw plugin::Failure(CELLM_ERR_NOT_FOUND, folder.string() + ": has neither " + single_file + " nor " + index_file);
+        }
+        return {single_file};
+    }
+    const json root = read_json_file(index_path);
+    const auto map = root.is_object() ? root.find("weight_map") : root.end();
+    if (map == root.end() || !map->is_object()) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, index_path.string() + ": weight_map is missing or not an object");
+    }
+    std::set<std::string> shards;
+    for (const auto& [tensor, shard] : map->items()) {
+        if (!shard.is_string()) throw plugin::Failure(CELLM_ERR_CORRUPT, index_path.string() + ": weight_map['" + tensor + "'] is not a string");
+        check_shard_name(shard.get<std::string>(), index_path.string());
+        shards.insert(shard.get<std::string>());
+        index.emplace_back(tensor, shard.get<std::string>());
+    }
+    for (const std::string& shard : shards) {
+        if (!fs::exists(folder / shard, ec)) {
+            throw plugin::Failure(CELLM_ERR_NOT_FOUND, (folder / shard).string() + ": missing (a shard " + index_file + " names)");
+        }
+    }
+    return {shards.begin(), shards.end()};
+}
+
+HfFolder::HfFolder(const fs::path& folder) {
+    const fs::path config_path = folder / "config.json";
+    const HfConfig config = read_config(read_json_file(config_path), config_path.string(), meta_);
+    read_tokenizer(folder, config, meta_);
+
+    std::vector<std::pair<std::string, std::string>> index;
+    const std::vector<std::string> shards = shard_names(folder, index);
+    std::vector<std::string> paths;
+    uint64_t total = 0;
+    std::error_code ec;
+    for (const std::string& shard : shards) {
+        paths.push_back((folder / shard).string());
+        total += fs::file_size(paths.back(), ec);
+    }
+    // Only Llama's Q/K are rewritten; they can never exceed the shards' size.
+    const bool permute = config.arch == "llama";
+    mapping_ = std::make_unique<FolderMapping>(paths, permute ? total : 0);
+
+    std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
+    for (size_t s = 0; s < shards.size(); ++s) {
+        const FolderMapping::File& f = mapping_->file(s);
+        for (const ShardTensor& t : read_shard(paths[s], f.data, f.size)) {
+            if (const auto [it, fresh] = found.emplace(t.name, shards[s]); !fresh) {
+                throw plugin::Failure(CELLM_ERR_CORRUPT, folder.string() + ": duplicate tensor '" + t.name + "' in " +
+                                                             it->second + " and " + shards[s]);
+            }
+            const std::optional<std::string> name = gguf_name(t.name, paths[s]);
+            if (!name) continue;
+            cellm_tensor_info info{};
+            info.struct_size = sizeof(info);
+            const std::string& kept = names_.emplace_back(*name);
+            info.name = {kept.data(), kept.size()};
+            info.type = t.type;
+            info.n_dims = static_cast<uint32_t>(t.shape.size());
+            for (uint32_t d = 0; d < CELLM_MAX_DIMS; ++d) {
+                info.ne[d] = d < info.n_dims ? t.shape[info.n_dims - 1 - d] : 1;  // GGUF lists the innermost first
+            }
+            info.size = t.size;
+            info.data = t.data;
+            const bool is_q = name->ends_with("attn_q.weight") || name->ends_with("attn_q.bias");
+            const bool is_k = name->ends_with("attn_k.weight") || name->ends_with("attn_k.bias");
+            if (permute && (is_q || is_k)) {
+                uint8_t* rows = mapping_->allocate(t.size);
+                permute_rows(t, is_q ? config.n_head : config.n_head_kv, rows, paths[s]);
+                info.data = rows;
+            }
+            tensors_.push_back(info);
+        }
+    }
+    for (const auto& [tensor, shard] : index) {
+        const auto it = found.find(tensor);
+        if (it == found.end() || it->second != shard) {
+            throw plugin::Failure(CELLM_ERR_CORRUPT, (folder / index_file).string() + ": tensor '" + tensor + "' is not in " + shard);
+        }
+    }
+    mapping_->seal();
+    if (permute) meta_.add_string("cellm.rope.layout", "adjacent");
+
+    view_.struct_size = sizeof(view_);
+    view_.n_meta = meta_.entries().size();
+    view_.meta = meta_.entries().data();
+    view_.n_tensors = tensors_.size();
+    view_.tensors = tensors_.data();
+    view_.tensor_stride = sizeof(cellm_tensor_info);
+    view_.mapping = mapping_->base();
+    view_.mapping_size = mapping_->size();
+}
+
+}  // namespace cellm::safetensors_plugin

@@ -1,0 +1,114 @@
+#include "shard.h"
+
+#include "plugin_host.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <bit>
+#include <cstring>
+#include <unordered_set>
+
+namespace cellm::safetensors_plugin {
+namespace {
+
+using nlohmann::json;
+
+// The safetensors reference implementation refuses headers above 100 MB; so does cellm.
+constexpr uint64_t max_header = 100'000'000;
+
+cellm_dtype parse_dtype(const std::string& dtype, const std::string& where) {
+    if (dtype == "F32") return CELLM_TYPE_F32;
+    if (dtype == "F16") return CELLM_TYPE_F16;
+    if (dtype == "BF16") return CELLM_TYPE_BF16;
+    throw plugin::Failure(CELLM_ERR_UNSUPPORTED, where + " has dtype '" + dtype + "' (supported: F32, F16, BF16)");
+}
+
+uint64_t as_u64(const json& v, const std::string& what) {
+    if (!v.is_number_unsigned()) throw plugin::Failure(CELLM_ERR_CORRUPT, what + " is not a non-negative integer");
+    return v.get<uint64_t>();
+}
+
+}  // namespace
+
+std::vector<ShardTensor> read_shard(const std::string& file, const uint8_t* data, uint64_t size) {
+    const auto fail = [&](const std::string& message) { throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": " + message); };
+    if (size < 8) fail("truncated: the 8-byte header length needs 8 bytes but the file has " + std::to_string(size));
+    static_assert(std::endian::native == std::endian::little, "the safetensors reader assumes a little-endian host");
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, data, sizeof(header_len));
+    if (header_len > size - 8) {
+        fail("header length " + std::to_string(header_len) + " runs past the end of the file (" + std::to_string(size) +
+             " bytes)");
+    }
+    if (header_len > max_header) fail("header length " + std::to_string(header_len) + " exceeds 100 MB");
+    const auto* header = reinterpret_cast<const char*>(data + 8);
+    // nlohmann keeps the last of two equal keys; a repeated tensor name must be an error instead.
+    std::unordered_set<std::string> names;
+    const json::parser_callback_t unique_names = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second) {
+            fail("duplicate tensor '" + parsed.get<std::string>() + "' in the header");
+        }
+        return true;
+    };
+    json root;
+    try {
+        root = json::parse(header, header + header_len, unique_names);
+    } catch (const json::parse_error& e) {
+        fail(std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!root.is_object()) fail("header is not a JSON object");
+
+    const uint64_t data_start = 8 + header_len;
+    const uint64_t data_bytes = size - data_start;
+    std::vector<ShardTensor> tensors;
+    tensors.reserve(root.size());
+    try {
+        for (const auto& [name, entry] : root.items()) {
+            if (name == "__metadata__") continue;  // free-form strings (format: "pt"); nothing cellm needs
+            const std::string where = file + ": tensor '" + name + "'";
+            if (!entry.is_object()) throw plugin::Failure(CELLM_ERR_CORRUPT, where + " is not a JSON object");
+            const auto dtype = entry.find("dtype");
+            const auto shape = entry.find("shape");
+            const auto offsets = entry.find("data_offsets");
+            if (dtype == entry.end() || !dtype->is_string() || shape == entry.end() || !shape->is_array() ||
+                offsets == entry.end() || !offsets->is_array() || offsets->size() != 2) {
+                throw plugin::Failure(CELLM_ERR_CORRUPT, where + " needs a string dtype, a shape array and two data_offsets");
+            }
+            ShardTensor t{name, parse_dtype(dtype->get<std::string>(), where), {}, nullptr, 0};
+            if (shape->empty() || shape->size() > CELLM_MAX_DIMS) {
+                throw plugin::Failure(CELLM_ERR_UNSUPPORTED, where + " has " + std::to_string(shape->size()) +
+                                                                 " dimensions (cellm takes 1.." +
+                                                                 std::to_string(CELLM_MAX_DIMS) + ")");
+            }
+            uint64_t elements = 1;
+            for (const json& d : *shape) {
+                const uint64_t n = as_u64(d, where + " shape entry");
+                if (n == 0 || n > (uint64_t{1} << 40) || elements > (uint64_t{1} << 40) / n) {
+                    throw plugin::Failure(CELLM_ERR_CORRUPT, where + " has an empty or implausibly large shape");
+                }
+                elements *= n;
+                t.shape.push_back(static_cast<int64_t>(n));
+            }
+            const uint64_t begin = as_u64((*offsets)[0], where + " data_offsets[0]");
+            const uint64_t end = as_u64((*offsets)[1], where + " data_offsets[1]");
+            if (begin > end || end > data_bytes) {
+                throw plugin::Failure(CELLM_ERR_CORRUPT,
+                                      where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                          ") lie outside the " + std::to_string(data_bytes) +
+                                          " data bytes after the header");
+            }
+            t.size = elements * static_cast<uint64_t>(cellm_dtype_type_size(t.type));
+            if (end - begin != t.size) {
+                throw plugin::Failure(CELLM_ERR_CORRUPT, where + " data_offsets span " + std::to_string(end - begin) +
+                                                             " bytes, its shape and dtype need " + std::to_string(t.size));
+            }
+            t.data = data + data_start + begin;
+            tensors.push_back(std::move(t));
+        }
+    } catch (const json::exception& e) {
+        fail(std::string("malformed header: ") + e.what());
+    }
+    return tensors;
+}
+
+}  // namespace cellm::safetensors_plugin

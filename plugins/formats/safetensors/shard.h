@@ -1,0 +1,26 @@
+// One .safetensors file: an 8-byte little-endian header length, a JSON header naming each tensor's dtype,
+// shape and [begin, end) byte range relative to the end of the header, then the data.
+#pragma once
+
+#include <cellm/tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cellm::safetensors_plugin {
+
+struct ShardTensor {
+    std::string name;             // Hugging Face's name (model.layers.0.self_attn.q_proj.weight)
+    cellm_dtype type;             // F32, F16 or BF16
+    std::vector<int64_t> shape;   // outermost first, as PyTorch writes it
+    const uint8_t* data;
+    uint64_t size;
+};
+
+// Validates the header of `file` (`data`, `size`: its mapping) and returns its tensors. Every range is checked
+// against the file and every shape against its byte count; throws plugin::Failure (CORRUPT, or UNSUPPORTED
+// for a dtype cellm does not run) with a message that starts with `file`.
+std::vector<ShardTensor> read_shard(const std::string& file, const uint8_t* data, uint64_t size);
+
+}  // namespace cellm::safetensors_plugin

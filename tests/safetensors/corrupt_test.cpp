@@ -1,0 +1,192 @@
+// Broken model folders: each case yields one clear status (the expected code, a message naming the file and
+// what is wrong), never a crash; a shard cut at every length fails cleanly.
+#include "hf_folder_writer.h"
+#include "test_support.h"
+
+#include "host_api.h"
+
+#include <cellm/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace cellm::testing {
+namespace {
+
+const cellm_format_iface& format() {
+    const Plugin* plugin = registry().find(CELLM_PLUGIN_FORMAT, "safetensors");
+    if (plugin == nullptr) throw std::runtime_error("the safetensors plugin was not built");
+    return *plugin->format();
+}
+
+struct Outcome {
+    cellm_status_code code;
+    std::string message;
+};
+
+Outcome try_open(const fs::path& folder) {
+    cellm_model_file* file = nullptr;
+    cellm_status* status = format().open(folder.c_str(), &file);
+    if (status == nullptr) {
+        format().close(file);
+        return {CELLM_OK, ""};
+    }
+    Outcome outcome{host_api()->status_code(status), host_api()->status_message(status)};
+    host_api()->status_free(status);
+    return outcome;
+}
+
+const json config = {{"model_type", "llama"},   {"hidden_size", 8},           {"num_hidden_layers", 1},
+                     {"intermediate_size", 16}, {"num_attention_heads", 2},   {"num_key_value_heads", 1},
+                     {"max_position_embeddings", 32}, {"vocab_size", 4}, {"rms_norm_eps", 1e-5}};
+
+StTensor norm(const std::string& name = "model.norm.weight") { return {name, "F32", {8}, std::vector<uint8_t>(32, 0)}; }
+
+// A shard whose header is `header` verbatim, followed by `data_bytes` zero bytes.
+std::vector<uint8_t> raw_shard(const std::string& header, size_t data_bytes) {
+    const uint64_t len = header.size();
+    std::vector<uint8_t> out(8 + header.size() + data_bytes);
+    std::memcpy(out.data(), &len, 8);
+    std::memcpy(out.data() + 8, header.data(), header.size());
+    return out;
+}
+
+// A fresh folder with config.json and a one-tensor model.safetensors, then `change` applied.
+fs::path folder(const std::string& name, const std::function<void(const fs::path&)>& change) {
+    const fs::path dir = temp_dir() / ("corrupt-" + name);
+    fs::create_directories(dir);
+    write_json(dir / "config.json", config);
+    write_bytes(dir / "model.safetensors", safetensors_bytes({norm()}));
+    change(dir);
+    return dir;
+}
+
+struct Corruption {
+    const char* name;
+    std::function<void(const fs::path&)> change;
+    cellm_status_code code;
+    const char* file;     // expected in the message: the file at fault
+    const char* message;  // expected substring
+};
+
+void shard(const fs::path& dir, const std::vector<uint8_t>& bytes) { write_bytes(dir / "model.safetensors", bytes); }
+
+void two_shards(const fs::path& dir, const json& weight_map, const std::vector<StTensor>& a, const std::vector<StTensor>& b) {
+    fs::remove(dir / "model.safetensors");
+    write_bytes(dir / "a.safetensors", safetensors_bytes(a));
+    write_bytes(dir / "b.safetensors", safetensors_bytes(b));
+    write_json(dir / "model.safetensors.index.json", {{"weight_map", weight_map}});
+}
+
+const Corruption corruptions[] = {
+    {"missing_config", [](const fs::path& d) { fs::remove(d / "config.json"); }, CELLM_ERR_NOT_FOUND, "config.json",
+     "missing"},
+    {"config_bad_json", [](const fs::path& d) { write_bytes(d / "config.json", {'{', '"'}); }, CELLM_ERR_CORRUPT,
+     "config.json", "not valid JSON"},
+    {"config_missing_key", [](const fs::path& d) { json c = config; c.erase("hidden_size"); write_json(d / "config.json", c); },
+     CELLM_ERR_NOT_FOUND, "config.json", "missing 'hidden_size'"},
+    {"unsupported_model_type", [](const fs::path& d) { json c = config; c["model_type"] = "mamba"; write_json(d / "config.json", c); },
+     CELLM_ERR_UNSUPPORTED, "config.json", "model_type \"mamba\" is not supported"},
+    {"no_weights", [](const fs::path& d) { fs::remove(d / "model.safetensors"); }, CELLM_ERR_NOT_FOUND, "corrupt-no_weights",
+     "has neither model.safetensors nor model.safetensors.index.json"},
+    {"truncated_header_length", [](const fs::path& d) { shard(d, {1, 0, 0}); }, CELLM_ERR_CORRUPT, "model.safetensors",
+     "truncated: the 8-byte header length"},
+    {"header_length_beyond_file", [](const fs::path& d) {
+         std::vector<uint8_t> b = safetensors_bytes({norm()});
+         const uint64_t len = uint64_t{1} << 40;
+         std::memcpy(b.data(), &len, 8);
+         shard(d, b);
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "header length 1099511627776 runs past the end of the file"},
+    {"header_bad_json", [](const fs::path& d) { shard(d, raw_shard("{\"model.norm.weight\": {", 32)); }, CELLM_ERR_CORRUPT,
+     "model.safetensors", "header is not valid JSON"},
+    {"header_not_object", [](const fs::path& d) { shard(d, raw_shard("[1, 2]", 0)); }, CELLM_ERR_CORRUPT,
+     "model.safetensors", "header is not a JSON object"},
+    {"tensor_entry_malformed", [](const fs::path& d) { shard(d, raw_shard("{\"model.norm.weight\": {\"dtype\": \"F32\"}}", 32)); },
+     CELLM_ERR_CORRUPT, "model.safetensors", "needs a string dtype, a shape array and two data_offsets"},
+    {"offsets_out_of_bounds", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})", 16));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "data_offsets [0, 32) lie outside the 16 data bytes"},
+    {"offsets_far_out_of_bounds", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [18446744073709551584, 0]}})", 32));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "lie outside"},
+    {"offsets_negative", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [-8, 24]}})", 32));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "data_offsets[0] is not a non-negative integer"},
+    {"shape_does_not_match_size", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 32]}})", 32));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "data_offsets span 32 bytes, its shape and dtype need 16"},
+    {"shape_empty_dimension", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8, 0], "data_offsets": [0, 0]}})", 0));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "empty or implausibly large shape"},
+    {"unknown_dtype", [](const fs::path& d) { shard(d, safetensors_bytes({{"model.norm.weight", "F8_E4M3", {8}, std::vector<uint8_t>(8)}})); },
+     CELLM_ERR_UNSUPPORTED, "model.safetensors", "dtype 'F8_E4M3' (supported: F32, F16, BF16)"},
+    {"duplicate_tensor_in_header", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},)"
+                            R"( "model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})", 32));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "duplicate tensor 'model.norm.weight' in the header"},
+    {"duplicate_tensor_across_shards", [](const fs::path& d) {
+         two_shards(d, {{"model.norm.weight", "a.safetensors"}, {"lm_head.weight", "b.safetensors"}}, {norm()},
+                    {norm(), norm("lm_head.weight")});
+     }, CELLM_ERR_CORRUPT, "corrupt-duplicate_tensor_across_shards", "duplicate tensor 'model.norm.weight' in a.safetensors and b.safetensors"},
+    {"missing_shard", [](const fs::path& d) {
+         two_shards(d, {{"model.norm.weight", "a.safetensors"}, {"lm_head.weight", "c.safetensors"}}, {norm()}, {});
+     }, CELLM_ERR_NOT_FOUND, "c.safetensors", "missing (a shard model.safetensors.index.json names)"},
+    {"shard_outside_folder", [](const fs::path& d) {
+         two_shards(d, {{"model.norm.weight", "../a.safetensors"}}, {norm()}, {});
+     }, CELLM_ERR_CORRUPT, "model.safetensors.index.json", "shard name '../a.safetensors' is not a file in the folder"},
+    {"index_names_absent_tensor", [](const fs::path& d) {
+         two_shards(d, {{"model.norm.weight", "a.safetensors"}, {"lm_head.weight", "b.safetensors"}}, {norm()}, {});
+     }, CELLM_ERR_CORRUPT, "model.safetensors.index.json", "tensor 'lm_head.weight' is not in b.safetensors"},
+    {"index_bad_json", [](const fs::path& d) { write_bytes(d / "model.safetensors.index.json", {'{'}); }, CELLM_ERR_CORRUPT,
+     "model.safetensors.index.json", "not valid JSON"},
+    {"unknown_tensor_name", [](const fs::path& d) { shard(d, safetensors_bytes({norm("vision_tower.patch.weight")})); },
+     CELLM_ERR_UNSUPPORTED, "model.safetensors", "tensor 'vision_tower.patch.weight' has no counterpart"},
+    {"q_rows_not_whole_heads", [](const fs::path& d) {
+         shard(d, safetensors_bytes({{"model.layers.0.self_attn.q_proj.weight", "F32", {6, 8}, std::vector<uint8_t>(192)}}));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "has 6 rows, not a multiple of 2 x 2 heads"},
+    {"tokenizer_bad_json", [](const fs::path& d) { write_bytes(d / "tokenizer.json", {'['}); }, CELLM_ERR_CORRUPT,
+     "tokenizer.json", "not valid JSON"},
+    {"tokenizer_not_bpe", [](const fs::path& d) { write_json(d / "tokenizer.json", {{"model", {{"type", "Unigram"}}}}); },
+     CELLM_ERR_UNSUPPORTED, "tokenizer.json", "model.type \"Unigram\" is not supported"},
+    {"tokenizer_unknown_pre", [](const fs::path& d) {
+         write_json(d / "tokenizer.json", {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}}}, {"pre_tokenizer", {{"type", "Whitespace"}}}});
+     }, CELLM_ERR_UNSUPPORTED, "tokenizer.json", "pre_tokenizer is not one cellm recognises"},
+};
+
+class CorruptFolder : public ::testing::TestWithParam<Corruption> {};
+
+TEST_P(CorruptFolder, FailsWithAClearStatus) {
+    const Corruption& c = GetParam();
+    const Outcome outcome = try_open(folder(c.name, c.change));
+    EXPECT_EQ(outcome.code, c.code) << outcome.message;
+    EXPECT_NE(outcome.message.find(c.file), std::string::npos) << outcome.message;
+    EXPECT_NE(outcome.message.find(c.message), std::string::npos) << outcome.message;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CorruptFolder, ::testing::ValuesIn(corruptions),
+                         [](const ::testing::TestParamInfo<Corruption>& p) { return std::string(p.param.name); });
+
+TEST(CorruptFolder, ValidFolderOpens) {
+    const Outcome outcome = try_open(folder("valid", [](const fs::path&) {}));
+    EXPECT_EQ(outcome.code, CELLM_OK) << outcome.message;
+}
+
+TEST(CorruptFolder, EveryTruncationFails) {
+    const std::vector<uint8_t> whole =
+        safetensors_bytes({norm(), {"model.layers.0.self_attn.q_proj.weight", "BF16", {4, 8}, std::vector<uint8_t>(64, 1)}});
+    const fs::path dir = folder("truncated", [](const fs::path&) {});
+    for (size_t n = 0; n < whole.size(); ++n) {
+        shard(dir, std::vector<uint8_t>(whole.begin(), whole.begin() + static_cast<std::ptrdiff_t>(n)));
+        const Outcome outcome = try_open(dir);
+        EXPECT_EQ(outcome.code, CELLM_ERR_CORRUPT) << "length " << n << ": " << outcome.message;
+    }
+    shard(dir, whole);
+    EXPECT_EQ(try_open(dir).code, CELLM_OK);
+}
+
+}  // namespace
+}  // namespace cellm::testing
