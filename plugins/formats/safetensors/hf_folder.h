@@ -8,9 +8,11 @@
 
 #include <cellm/tensor.h>
 
+#include <deque>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cellm::safetensors_plugin {
