@@ -11,7 +11,7 @@ extern "C" {
 
 /* Element types. Values 0..39 are GGUF's (ggml_type) so a GGUF file's type field maps one to one; cellm's
  * own types start at 100. Quantized types store blocks of CELLM_TYPE block_size elements in type_size
- * bytes, laid out exactly as GGUF defines them. */
+ * bytes, laid out exactly as GGUF defines them (cellm's own: as described at their values). */
 typedef enum cellm_dtype {
     CELLM_TYPE_F32 = 0,
     CELLM_TYPE_F16 = 1,
@@ -33,7 +33,24 @@ typedef enum cellm_dtype {
     CELLM_TYPE_I64 = 27,
     CELLM_TYPE_F64 = 28,
     CELLM_TYPE_BF16 = 30,
-    CELLM_TYPE_COUNT_GGUF = 40
+    CELLM_TYPE_COUNT_GGUF = 40,
+    /* cellm's own weight types (docs/format.md), one per group size G = 32, 64, 128. Each block is one group
+     * of G consecutive elements of a row; halves are IEEE f16, codes follow in element order, and 4-bit codes
+     * pack two per byte, the even element in the low nibble.
+     *  I8S:  int8 symmetric.   f16 d, G int8 codes q in [-127, 127];        x = d * q.        2 + G bytes.
+     *  I4S:  int4 symmetric.   f16 d, G/2 bytes of u in [0, 15];            x = d * (u - 8).  2 + G/2 bytes.
+     *  Q4A:  4-bit affine (MLX's scale and bias per group).
+     *                          f16 scale s, f16 bias b, G/2 bytes of u;     x = s * u + b.    4 + G/2 bytes. */
+    CELLM_TYPE_I8S_G32 = 100,
+    CELLM_TYPE_I8S_G64 = 101,
+    CELLM_TYPE_I8S_G128 = 102,
+    CELLM_TYPE_I4S_G32 = 103,
+    CELLM_TYPE_I4S_G64 = 104,
+    CELLM_TYPE_I4S_G128 = 105,
+    CELLM_TYPE_Q4A_G32 = 106,
+    CELLM_TYPE_Q4A_G64 = 107,
+    CELLM_TYPE_Q4A_G128 = 108,
+    CELLM_TYPE_COUNT_CELLM = 109 /* one past cellm's own types */
 } cellm_dtype;
 
 /* Elements per block and bytes per block of a type (1 and the element size for plain types);
@@ -46,6 +63,9 @@ static inline int64_t cellm_dtype_block_size(cellm_dtype t) {
     case CELLM_TYPE_Q8_0: case CELLM_TYPE_Q8_1: return 32;
     case CELLM_TYPE_Q2_K: case CELLM_TYPE_Q3_K: case CELLM_TYPE_Q4_K: case CELLM_TYPE_Q5_K:
     case CELLM_TYPE_Q6_K: case CELLM_TYPE_Q8_K: return 256;
+    case CELLM_TYPE_I8S_G32: case CELLM_TYPE_I4S_G32: case CELLM_TYPE_Q4A_G32: return 32;
+    case CELLM_TYPE_I8S_G64: case CELLM_TYPE_I4S_G64: case CELLM_TYPE_Q4A_G64: return 64;
+    case CELLM_TYPE_I8S_G128: case CELLM_TYPE_I4S_G128: case CELLM_TYPE_Q4A_G128: return 128;
     default: return 0;
     }
 }
@@ -68,6 +88,15 @@ static inline int64_t cellm_dtype_type_size(cellm_dtype t) {
     case CELLM_TYPE_Q5_K: return 176;
     case CELLM_TYPE_Q6_K: return 210;
     case CELLM_TYPE_Q8_K: return 292;
+    case CELLM_TYPE_I8S_G32: return 2 + 32;
+    case CELLM_TYPE_I8S_G64: return 2 + 64;
+    case CELLM_TYPE_I8S_G128: return 2 + 128;
+    case CELLM_TYPE_I4S_G32: return 2 + 16;
+    case CELLM_TYPE_I4S_G64: return 2 + 32;
+    case CELLM_TYPE_I4S_G128: return 2 + 64;
+    case CELLM_TYPE_Q4A_G32: return 4 + 16;
+    case CELLM_TYPE_Q4A_G64: return 4 + 32;
+    case CELLM_TYPE_Q4A_G128: return 4 + 64;
     default: return 0;
     }
 }

@@ -56,7 +56,10 @@ std::vector<Record> load_reference() {
 
 const cellm_dtype all_types[] = {CELLM_TYPE_F32,  CELLM_TYPE_F16,  CELLM_TYPE_BF16, CELLM_TYPE_Q8_0,
                                  CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0, CELLM_TYPE_Q5_1,
-                                 CELLM_TYPE_Q4_K, CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K};
+                                 CELLM_TYPE_Q4_K, CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K,
+                                 CELLM_TYPE_I8S_G32, CELLM_TYPE_I8S_G64, CELLM_TYPE_I8S_G128,
+                                 CELLM_TYPE_I4S_G32, CELLM_TYPE_I4S_G64, CELLM_TYPE_I4S_G128,
+                                 CELLM_TYPE_Q4A_G32, CELLM_TYPE_Q4A_G64, CELLM_TYPE_Q4A_G128};
 
 TEST(Blocks, SizesMatchTheAbiTable) {
     for (cellm_dtype t : all_types) {
@@ -118,6 +121,10 @@ const Bound bounds[] = {
     {CELLM_TYPE_Q8_0, 0.008f},  {CELLM_TYPE_Q4_0, 0.126f},  {CELLM_TYPE_Q4_1, 0.068f},
     {CELLM_TYPE_Q5_0, 0.063f},  {CELLM_TYPE_Q5_1, 0.033f},  {CELLM_TYPE_Q4_K, 0.075f},
     {CELLM_TYPE_Q5_K, 0.038f},  {CELLM_TYPE_Q6_K, 0.035f},
+    // cellm's groups: half a step of amax/127 or amax/7, or of range/15 (plus the f16 rounding of the scale).
+    {CELLM_TYPE_I8S_G32, 0.0041f},  {CELLM_TYPE_I8S_G64, 0.0041f},  {CELLM_TYPE_I8S_G128, 0.0041f},
+    {CELLM_TYPE_I4S_G32, 0.072f},   {CELLM_TYPE_I4S_G64, 0.072f},   {CELLM_TYPE_I4S_G128, 0.072f},
+    {CELLM_TYPE_Q4A_G32, 0.068f},   {CELLM_TYPE_Q4A_G64, 0.068f},   {CELLM_TYPE_Q4A_G128, 0.068f},
 };
 
 TEST(Blocks, QuantizeRoundTripWithinBound) {
@@ -143,6 +150,38 @@ TEST(Blocks, QuantizeHandlesAllZeroRows) {
         quantize_row(b.type, x.data(), stored.data(), 256);
         dequantize_row(b.type, stored.data(), y.data(), 256);
         for (float v : y) ASSERT_EQ(v, 0.0f) << "type " << b.type;
+    }
+}
+
+// cellm's group types by hand: scale 0.5 (and bias -1 for Q4A), codes chosen per element; the values are what
+// abi/cellm/tensor.h defines.
+TEST(Blocks, HandBuiltCellmGroups) {
+    const uint16_t half = fp32_to_fp16(0.5f), minus_one = fp32_to_fp16(-1.0f);
+    std::vector<float> out(32);
+
+    std::vector<uint8_t> i8(34);
+    std::memcpy(i8.data(), &half, 2);
+    for (int j = 0; j < 32; ++j) i8[static_cast<size_t>(2 + j)] = static_cast<uint8_t>(static_cast<int8_t>(j - 16));
+    dequantize_row(CELLM_TYPE_I8S_G32, i8.data(), out.data(), 32);
+    for (int j = 0; j < 32; ++j) EXPECT_EQ(out[static_cast<size_t>(j)], 0.5f * static_cast<float>(j - 16)) << j;
+
+    std::vector<uint8_t> i4(18);
+    std::memcpy(i4.data(), &half, 2);
+    for (int j = 0; j < 16; ++j) i4[static_cast<size_t>(2 + j)] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    dequantize_row(CELLM_TYPE_I4S_G32, i4.data(), out.data(), 32);
+    for (int j = 0; j < 32; ++j) {
+        const int u = j % 2 == 0 ? j / 2 : 15 - j / 2;  // even elements in the low nibble
+        EXPECT_EQ(out[static_cast<size_t>(j)], 0.5f * static_cast<float>(u - 8)) << j;
+    }
+
+    std::vector<uint8_t> q4a(20);
+    std::memcpy(q4a.data(), &half, 2);
+    std::memcpy(q4a.data() + 2, &minus_one, 2);
+    std::memcpy(q4a.data() + 4, i4.data() + 2, 16);
+    dequantize_row(CELLM_TYPE_Q4A_G32, q4a.data(), out.data(), 32);
+    for (int j = 0; j < 32; ++j) {
+        const int u = j % 2 == 0 ? j / 2 : 15 - j / 2;
+        EXPECT_EQ(out[static_cast<size_t>(j)], 0.5f * static_cast<float>(u) - 1.0f) << j;
     }
 }
 

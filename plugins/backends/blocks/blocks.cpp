@@ -300,6 +300,65 @@ struct Q6K {
     }
 };
 
+// ---- cellm's own group types (abi/cellm/tensor.h): one group of G elements per block -----------------------
+// Float activations meet the expanded rows (no Q8 dot), so these types mean exactly what dequantize says.
+
+// Code of element j of a packed 4-bit group: the even element in the low nibble.
+int nibble(const uint8_t* codes, int j) { return (codes[j / 2] >> (4 * (j % 2))) & 0xf; }
+
+// I8S_G* and I4S_G*: f16 scale d, then the codes; x = d * q with q in [-127, 127] (8 bits) or u - 8 in
+// [-8, 7] (4 bits). The quantizer maps the largest magnitude to +-127 or +-7.
+template <int Bits, int Group>
+struct Symmetric {
+    static constexpr int64_t block = Group;
+    static constexpr uint64_t bytes = 2 + (Bits == 8 ? Group : Group / 2);
+    static constexpr int qmax = Bits == 8 ? 127 : 7;
+
+    static void dequantize(const uint8_t* b, float* y) {
+        const float d = load_half(b);
+        for (int j = 0; j < Group; ++j) {
+            const int q = Bits == 8 ? static_cast<int8_t>(b[2 + j]) : nibble(b + 2, j) - 8;
+            y[j] = d * static_cast<float>(q);
+        }
+    }
+    static void quantize(const float* x, uint8_t* b) {
+        float amax = 0.0f;
+        for (int j = 0; j < Group; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float d = store_half(b, amax / qmax);
+        const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+        if constexpr (Bits == 4) std::memset(b + 2, 0, Group / 2);
+        for (int j = 0; j < Group; ++j) {
+            const int q = round_clamped(x[j] * inv, Bits == 8 ? -qmax : -8, qmax);
+            if constexpr (Bits == 8) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(q));
+            else b[2 + j / 2] |= static_cast<uint8_t>((q + 8) << (4 * (j % 2)));
+        }
+    }
+};
+
+// Q4A_G*: MLX's 4-bit affine groups: f16 scale s, f16 bias b, then the codes u in [0, 15]; x = s * u + b.
+// The quantizer spans the group's [min, max] in 15 steps.
+template <int Group>
+struct Affine4 {
+    static constexpr int64_t block = Group;
+    static constexpr uint64_t bytes = 4 + Group / 2;
+
+    static void dequantize(const uint8_t* b, float* y) {
+        const float scale = load_half(b), bias = load_half(b + 2);
+        for (int j = 0; j < Group; ++j) y[j] = scale * static_cast<float>(nibble(b + 4, j)) + bias;
+    }
+    static void quantize(const float* x, uint8_t* b) {
+        const auto [lo, hi] = std::minmax_element(x, x + Group);
+        const float scale = store_half(b, (*hi - *lo) / 15.0f);
+        const float bias = store_half(b + 2, *lo);
+        const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+        std::memset(b + 4, 0, Group / 2);
+        for (int j = 0; j < Group; ++j) {
+            const int u = round_clamped((x[j] - bias) * inv, 0, 15);
+            b[4 + j / 2] |= static_cast<uint8_t>(u << (4 * (j % 2)));
+        }
+    }
+};
+
 // ---- The table --------------------------------------------------------------------------------------------
 
 struct Format {
@@ -345,6 +404,15 @@ constexpr Format formats[] = {
     format<KAffine<4>>(CELLM_TYPE_Q4_K),
     format<KAffine<5>>(CELLM_TYPE_Q5_K),
     format<Q6K>(CELLM_TYPE_Q6_K),
+    format<Symmetric<8, 32>>(CELLM_TYPE_I8S_G32),
+    format<Symmetric<8, 64>>(CELLM_TYPE_I8S_G64),
+    format<Symmetric<8, 128>>(CELLM_TYPE_I8S_G128),
+    format<Symmetric<4, 32>>(CELLM_TYPE_I4S_G32),
+    format<Symmetric<4, 64>>(CELLM_TYPE_I4S_G64),
+    format<Symmetric<4, 128>>(CELLM_TYPE_I4S_G128),
+    format<Affine4<32>>(CELLM_TYPE_Q4A_G32),
+    format<Affine4<64>>(CELLM_TYPE_Q4A_G64),
+    format<Affine4<128>>(CELLM_TYPE_Q4A_G128),
 };
 
 const Format* find(cellm_dtype type) {

@@ -17,7 +17,7 @@ float bf16_to_fp32(uint16_t h);
 uint16_t fp32_to_bf16(float f);  // round to nearest even
 
 // True for the types dequantize_row and quantize_row handle: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
-// Q4_K, Q5_K, Q6_K.
+// Q4_K, Q5_K, Q6_K, and cellm's own I8S_G*, I4S_G*, Q4A_G* (group sizes 32, 64, 128).
 bool supported(cellm_dtype type);
 
 // Elements per block of a supported type (1 for F32/F16/BF16); 0 for an unsupported one.

@@ -19,7 +19,7 @@ constexpr uint64_t min_tensor_entry = 8 + 4 + 4 + 8 + 8 + 8;
 
 // Elements per block of a stored type number, 0 when unknown (checked before the cast to the enum).
 int64_t block_size_of(uint32_t type) {
-    return type < CELLM_TYPE_COUNT_GGUF ? cellm_dtype_block_size(static_cast<cellm_dtype>(type)) : 0;
+    return type < CELLM_TYPE_COUNT_CELLM ? cellm_dtype_block_size(static_cast<cellm_dtype>(type)) : 0;
 }
 
 // A section [offset, offset + size) must start at or after `lower` and end inside the file.
