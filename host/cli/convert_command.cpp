@@ -1,4 +1,5 @@
-// cellm-host convert: rewrites any model the host can open (GGUF, .cellm) as a .cellm file, tensor by tensor.
+// cellm-host convert: rewrites any model the host can open (GGUF, Hugging Face folder, .cellm) as a .cellm file,
+// tensor by tensor.
 #include "commands.h"
 
 #include "cellm_writer.h"

@@ -1,8 +1,9 @@
-// GGUF -> .cellm -> .cellm: the converted files expose the same metadata and tensor bytes, give bit-identical
+// GGUF, Hugging Face folders -> .cellm -> .cellm: the converted files expose the same metadata and tensor bytes, give bit-identical
 // logits and identical token ids, and a .cellm file converts to a byte-identical copy.
 #include "test_support.h"
 
 #include "cellm_writer.h"
+#include "hf_folder_writer.h"
 #include "tokenizer.h"
 
 #include <gtest/gtest.h>
@@ -100,6 +101,25 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, GgufToCellm,
                          ::testing::Values(CELLM_TYPE_F32, CELLM_TYPE_F16, CELLM_TYPE_BF16, CELLM_TYPE_Q8_0,
                                            CELLM_TYPE_Q4_1, CELLM_TYPE_Q4_K, CELLM_TYPE_Q6_K),
                          [](const auto& param_info) { return std::string(dtype_name(param_info.param)); });
+
+// A safetensors folder goes through its own plugin (Q/K rows permuted on load); its .cellm copy stores the
+// view as served, so it gives the folder's logits and tokens.
+TEST(SafetensorsToCellm, SameViewLogitsAndTokens) {
+    const fs::path folder = temp_dir() / "tiny-f16-hf";
+    write_hf_folder(synthetic_model(CELLM_TYPE_F16), folder, {2, true});
+    const fs::path cellm = convert(folder, "tiny-f16-hf.cellm");
+    auto a = ModelFile::open(registry(), folder);
+    auto b = ModelFile::open(registry(), cellm);
+    expect_same_view(a->view(), b->view());
+    const std::vector<int32_t> tokens = {1, 17, 5, 230, 42, 99, 7, 3};
+    const std::vector<float> expected = logits_of(folder, tokens);
+    const std::vector<float> got = logits_of(cellm, tokens);
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(std::memcmp(got.data(), expected.data(), got.size() * sizeof(float)), 0) << "logits differ";
+    const std::string text = "<|im_start|>user\nThe 2024 answer is 42<|im_end|>";
+    EXPECT_EQ(Tokenizer::from_model(a->view())->encode(text, false, true),
+              Tokenizer::from_model(b->view())->encode(text, false, true));
+}
 
 TEST(CellmToCellm, ConvertsToAByteIdenticalFile) {
     const fs::path first = convert(synthetic_model(CELLM_TYPE_Q8_0), "first.cellm");
