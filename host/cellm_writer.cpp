@@ -70,7 +70,7 @@ bool CellmWriter::add_meta(const cellm_meta_kv& kv) {
     case CELLM_VALUE_F64: put(out, v.v.f64); break;
     case CELLM_VALUE_STRING: put_string(out, v.v.str); break;
     case CELLM_VALUE_ARRAY: {
-        if (v.v.arr.data == nullptr && v.v.arr.count > 0) return false;
+        if (v.v.arr.elem_type == CELLM_VALUE_ARRAY) return false;  // views expose only a nested array's length
         put(out, static_cast<uint32_t>(v.v.arr.elem_type));
         put(out, v.v.arr.count);
         if (v.v.arr.elem_type == CELLM_VALUE_STRING) {

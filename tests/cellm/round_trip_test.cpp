@@ -3,6 +3,7 @@
 #include "test_support.h"
 
 #include "cellm_writer.h"
+#include "gguf_writer.h"
 #include "hf_folder_writer.h"
 #include "tokenizer.h"
 
@@ -119,6 +120,29 @@ TEST(SafetensorsToCellm, SameViewLogitsAndTokens) {
     const std::string text = "<|im_start|>user\nThe 2024 answer is 42<|im_end|>";
     EXPECT_EQ(Tokenizer::from_model(a->view())->encode(text, false, true),
               Tokenizer::from_model(b->view())->encode(text, false, true));
+}
+
+// Views expose only the length of a nested array, so the writer leaves such keys out and says which.
+TEST(CellmWriter, LeavesOutNestedArraysAndNamesThem) {
+    gguf::Writer w;
+    w.add("general.architecture", "llama");
+    std::vector<uint8_t> nested;
+    gguf::Writer::put(nested, static_cast<uint32_t>(CELLM_VALUE_ARRAY));
+    gguf::Writer::put(nested, uint64_t{0});
+    w.add_raw("nested", CELLM_VALUE_ARRAY, nested);
+    w.add_array("empty", std::vector<std::string>{});
+    w.add_tensor("t", CELLM_TYPE_F32, {8}, std::vector<uint8_t>(32, 0));
+    const fs::path gguf = temp_dir() / "nested.gguf";
+    w.write(gguf.string());
+    auto file = ModelFile::open(registry(), gguf);
+    std::vector<std::string> skipped;
+    const fs::path cellm = temp_dir() / "nested.cellm";
+    CellmWriter::from_view(file->view(), skipped).write(cellm);
+    EXPECT_EQ(skipped, std::vector<std::string>{"nested"});
+    auto copy = ModelFile::open(registry(), cellm);
+    EXPECT_EQ(copy->find("nested"), nullptr);
+    ASSERT_NE(copy->find("empty"), nullptr);
+    EXPECT_EQ(copy->find("empty")->v.arr.count, 0u);
 }
 
 TEST(CellmToCellm, ConvertsToAByteIdenticalFile) {
