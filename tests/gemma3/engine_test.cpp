@@ -12,6 +12,7 @@
 #include <cmath>
 #include <span>
 #include <string>
+#include <tuple>
 
 namespace cellm::testing {
 namespace {
@@ -42,10 +43,19 @@ EngineOptions options(int32_t max_sequences = 1) {
 // layers' windows slide over block boundaries while the global layer sees everything. Measured max |difference|
 // over all logits and positions: 4e-6 (scalar), 1.5e-5 (openblas); the bar is qwen's 2e-4. Local layers
 // without their window fail it from position 8 on.
-class Gemma3VsReference : public ::testing::TestWithParam<std::string> {};
+// gemma3-tiny-softcap adds attention and final logit soft-caps (1.5 and 3), which the real Gemma 3 files lack.
+using Case = std::tuple<std::string, std::string>;  // preset, backend
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    const auto& [preset, backend] = info.param;
+    return (preset == kPreset ? "plain_" : "softcap_") + backend;
+}
+
+class Gemma3VsReference : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Gemma3VsReference, LogitsMatchNaiveForwardAtEveryPosition) {
-    Stack s = make_stack(qwen_model(kPreset, CELLM_TYPE_F32), GetParam(), options());
+    const auto& [preset, backend] = GetParam();
+    Stack s = make_stack(qwen_model(preset, CELLM_TYPE_F32), backend, options());
     ASSERT_STREQ(s.model->arch_plugin().name(), "gemma3");
     const auto tokens = sample_tokens(21, 1);
     const auto expected = gemma3_reference_logits(s.model->file().view(), tokens);
@@ -69,7 +79,10 @@ TEST_P(Gemma3VsReference, LogitsMatchNaiveForwardAtEveryPosition) {
     RecordProperty("max_abs_difference", std::to_string(worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuBackends, Gemma3VsReference, ::testing::Values("scalar", "openblas"));
+INSTANTIATE_TEST_SUITE_P(CpuBackends, Gemma3VsReference,
+                         ::testing::Combine(::testing::Values(kPreset, "gemma3-tiny-softcap"),
+                                            ::testing::Values("scalar", "openblas")),
+                         case_name);
 
 // Quantized weights: MATMUL quantizes the activations for the weight type as llama.cpp does, which the float
 // reference does not, so only closeness is asked for (the norms stay F32 in the file). Measured worst cosine

@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
     std::string out, preset = "tiny", type = "f32";
     uint64_t seed = 1;
     app.add_option("--out", out, "output GGUF path")->required();
-    app.add_option("--preset", preset, "model shape and arch: tiny, smollm2-135m (llama), qwen2-tiny, qwen3-tiny, gemma3-tiny")
+    app.add_option("--preset", preset, "model shape and arch: tiny, smollm2-135m (llama), qwen2-tiny, qwen3-tiny, gemma3-tiny, gemma3-tiny-softcap")
         ->capture_default_str();
     app.add_option("--type", type, "2-D weight type: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k")
         ->capture_default_str();

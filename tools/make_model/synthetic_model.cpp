@@ -17,6 +17,7 @@ constexpr Preset preset_table[] = {
     {"qwen2-tiny", "qwen2", 512, 256, 512, 2, 4, 2, 64, 256, 1000000.0f, 1e-6f, true},
     {"qwen3-tiny", "qwen3", 512, 256, 512, 2, 4, 2, 128, 256, 1000000.0f, 1e-6f, false},
     {"gemma3-tiny", "gemma3", 512, 256, 512, 6, 4, 1, 128, 256, 1000000.0f, 1e-6f, true, 8},
+    {"gemma3-tiny-softcap", "gemma3", 512, 256, 512, 6, 4, 1, 128, 256, 1000000.0f, 1e-6f, true, 8, 1.5f, 3.0f},
 };
 
 struct WeightType {
@@ -154,6 +155,8 @@ void add_metadata(gguf::Writer& w, const Preset& p) {
         w.add(arch + ".attention.value_length", p.head_dim);
     }
     if (arch == "gemma3") w.add(arch + ".attention.sliding_window", p.sliding_window);
+    if (p.attn_softcap != 0.0f) w.add(arch + ".attn_logit_softcapping", p.attn_softcap);
+    if (p.final_softcap != 0.0f) w.add(arch + ".final_logit_softcapping", p.final_softcap);
 
     const Vocabulary vocab = build_vocabulary(p.n_vocab);
     w.add("tokenizer.ggml.model", "gpt2");

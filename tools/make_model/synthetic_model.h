@@ -23,12 +23,15 @@ struct Preset {
     float rope_theta, rms_eps;
     bool tied_embeddings;  // no output.weight: logits reuse token_embd.weight
     uint32_t sliding_window = 0;  // gemma3 only: attention.sliding_window
+    float attn_softcap = 0.0f, final_softcap = 0.0f;  // gemma3 only, written when not 0: the logit soft-caps
 };
 
 // "tiny" (n_embd 256, every row a multiple of 256, so K-quants work), "smollm2-135m" (its exact shape),
 // "qwen2-tiny" and "qwen3-tiny" (tiny's shape as those archs; qwen3's heads are 128 wide, so n_head x head_dim
 // differs from n_embd, as in the real Qwen3 models), and "gemma3-tiny" (6 layers, so that layer 5 is global
-// and the others local with a window of 8 positions; one KV head of 128, like Gemma-3-270M's single KV head).
+// and the others local with a window of 8 positions; one KV head of 128, like Gemma-3-270M's single KV head),
+// and "gemma3-tiny-softcap" (the same with Gemma 2 style attention and final logit soft-caps, tight enough to
+// bend most scores and logits).
 std::span<const Preset> presets();
 // Throws std::invalid_argument listing the known presets.
 const Preset& find_preset(std::string_view name);
