@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Writes tests/data/parity/smollm2-135m-q4_1.json: llama.cpp's tokens and logits for SmolLM2-135M-Instruct Q4_1,
-the reference cellm's tokenizer, chat template and forward pass are checked against.
+"""Writes tests/data/parity/<model>.json: llama.cpp's tokens and logits for one of the real models below
+(SmolLM2-135M-Instruct Q4_1, Gemma-3-270M Q4_K_M), the reference cellm's tokenizer, chat template and forward
+pass are checked against.
 
 For each prompt: the prompt's token ids, 32 greedy tokens (argmax, no penalties; stops early after the
 end-of-turn token), and the top-20 (id, logit) pairs at every position of prompt + generated tokens (position
@@ -10,7 +11,9 @@ position's top-20. llama.cpp's numerics depend on the batch size: batch_vs_decod
 logit difference between that pass and a single batch over the whole sequence, a measure of its rounding noise.
 
 Run with the venv that has llama-cpp-python and jinja2:
-    /root/.cache/cellm/venv/bin/python scripts/make_parity_reference.py [MODEL.gguf]
+    /root/.cache/cellm/venv/bin/python scripts/make_parity_reference.py [smollm2-135m | gemma3-270m] [MODEL.gguf]
+The model file defaults to its name in $CELLM_MODELS (~/.cache/cellm/models), where scripts/fetch_models.sh
+puts it.
 """
 import hashlib
 import json
@@ -27,6 +30,17 @@ TOP = 20
 SAMPLE = 64  # token ids whose logits are kept at every position too, for a whole-vocabulary cosine estimate
 N_CTX = 512
 N_THREADS = 2
+
+# name: (file in $CELLM_MODELS, reference written under tests/data/parity, chat template for files without one)
+MODELS = {
+    "smollm2-135m": ("SmolLM2-135M-Instruct.Q4_1.gguf", "smollm2-135m-q4_1.json", None),
+    # The Gemma-3-270M file carries no tokenizer.chat_template: Gemma 3's own, less the leading bos_token that
+    # llama.cpp's tokenize(add_bos=True) adds (tokenizer.ggml.add_bos_token is true).
+    "gemma3-270m": ("gemma-3-270m-q4_k_m.gguf", "gemma3-270m-q4_k_m.json",
+                    "{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+                    "{{ m['content'] | trim }}<end_of_turn>\n{% endfor %}"
+                    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"),
+}
 
 PROMPTS = [
     {"text": "What is the capital of France?", "chat": True},
@@ -159,9 +173,13 @@ def self_agreement(variants):
 
 
 def main():
+    name = sys.argv[1] if len(sys.argv) > 1 else "smollm2-135m"
+    if name not in MODELS:
+        sys.exit(f"unknown model '{name}' (known: {', '.join(MODELS)})")
+    file_name, out_name, fallback_template = MODELS[name]
     models = os.environ.get("CELLM_MODELS", os.path.expanduser("~/.cache/cellm/models"))
-    model_path = Path(sys.argv[1] if len(sys.argv) > 1 else os.path.join(models, "SmolLM2-135M-Instruct.Q4_1.gguf"))
-    out = Path(__file__).resolve().parent.parent / "tests/data/parity/smollm2-135m-q4_1.json"
+    model_path = Path(sys.argv[2] if len(sys.argv) > 2 else os.path.join(models, file_name))
+    out = Path(__file__).resolve().parent.parent / "tests/data/parity" / out_name
 
     plain_cpu_weights()
     # Flash attention: without it this llama.cpp build's batch pass and token-by-token decode disagree by up to
@@ -177,7 +195,8 @@ def main():
     for prompt in PROMPTS:
         text = prompt["text"]
         if prompt["chat"]:
-            text = render_chat(metadata["tokenizer.chat_template"], text, detok(bos), detok(eos))
+            template = metadata.get("tokenizer.chat_template", fallback_template)
+            text = render_chat(template, text, detok(bos), detok(eos))
         # add_bos=True asks for the model's own rule (tokenizer.ggml.add_bos_token), which llama.cpp applies.
         ids = llm.tokenize(text.encode("utf-8"), add_bos=True, special=True)
         generated, rows = greedy(llm, ids, eos)
