@@ -35,6 +35,15 @@ const char* dtype_name(cellm_dtype type) {
     case CELLM_TYPE_I32: return "I32";
     case CELLM_TYPE_I64: return "I64";
     case CELLM_TYPE_F64: return "F64";
+    case CELLM_TYPE_I8S_G32: return "I8S_G32";
+    case CELLM_TYPE_I8S_G64: return "I8S_G64";
+    case CELLM_TYPE_I8S_G128: return "I8S_G128";
+    case CELLM_TYPE_I4S_G32: return "I4S_G32";
+    case CELLM_TYPE_I4S_G64: return "I4S_G64";
+    case CELLM_TYPE_I4S_G128: return "I4S_G128";
+    case CELLM_TYPE_Q4A_G32: return "Q4A_G32";
+    case CELLM_TYPE_Q4A_G64: return "Q4A_G64";
+    case CELLM_TYPE_Q4A_G128: return "Q4A_G128";
     default: return "unknown";
     }
 }

@@ -19,7 +19,10 @@ std::string backend_capabilities(const Plugin& plugin) {
     std::string out;
     try {
         Backend backend(plugin, {});
-        for (int t = 0; t < CELLM_TYPE_COUNT_GGUF; ++t) {
+        std::vector<int> types;
+        for (int t = 0; t < CELLM_TYPE_COUNT_GGUF; ++t) types.push_back(t);
+        for (int t = CELLM_TYPE_I8S_G32; t < CELLM_TYPE_COUNT_CELLM; ++t) types.push_back(t);  // cellm's own
+        for (int t : types) {
             const auto type = static_cast<cellm_dtype>(t);
             if (cellm_dtype_block_size(type) == 0 || type == CELLM_TYPE_I32) continue;
             if (backend.iface().supports_type(backend.handle(), type)) out += (out.empty() ? "" : " ") + std::string(dtype_name(type));

@@ -169,6 +169,45 @@ TEST(ConvertCommand, WritesACellmFileWithProgressAndSize) {
     EXPECT_NE(inspect.out.find("format:  cellm"), std::string::npos) << inspect.out;
 }
 
+// --quantize rewrites every matrix whose rows split into whole groups, leaves vectors alone, and reports the
+// logit drift; the quantized file then runs like any other.
+TEST(ConvertCommand, QuantizesMatricesAndReportsTheDrift) {
+    const fs::path output = temp_dir() / "int4.cellm";
+    const CommandResult r = run_host("convert --input " + shell_quote(synthetic_model(CELLM_TYPE_F16).string()) +
+                                     " --output " + shell_quote(output.string()) +
+                                     " --quantize int4 --group-size 32 --backend scalar");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("to I4S_G32 (groups of 32)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("logit drift against the input"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("top-1 agreement"), std::string::npos) << r.out;
+    auto model = ModelFile::open(registry(), output);
+    int matrices = 0;
+    for (uint64_t i = 0; i < model->view().n_tensors; ++i) {
+        const cellm_tensor_info& t = *cellm_model_tensor(&model->view(), i);
+        if (t.n_dims == 2) {
+            EXPECT_EQ(t.type, CELLM_TYPE_I4S_G32) << to_string_view(t.name);
+            ++matrices;
+        } else {
+            EXPECT_EQ(t.type, CELLM_TYPE_F32) << to_string_view(t.name);
+        }
+    }
+    EXPECT_GT(matrices, 0);
+    const fs::path manifest = temp_dir() / "int4.toml";
+    std::ofstream(manifest) << "[model]\npath = \"" << output.string() << "\"\n[sampling]\ntemperature = 0\nmax_tokens = 4\n";
+    const CommandResult run = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt 'the cat' --raw --json");
+    EXPECT_EQ(run.exit_code, 0) << run.err;
+}
+
+TEST(ConvertCommand, BadQuantizeOptionsAreOneErrorLine) {
+    const std::string input = shell_quote(synthetic_model(CELLM_TYPE_F16).string());
+    for (const std::string bad : {" --quantize int3", " --quantize int8 --group-size 48"}) {
+        const CommandResult r = run_host("convert --input " + input + " --output " +
+                                         shell_quote((temp_dir() / "bad.cellm").string()) + bad);
+        EXPECT_NE(r.exit_code, 0) << bad;
+        EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << bad << ": " << r.err;
+    }
+}
+
 TEST(ConvertCommand, MissingInputIsOneErrorLine) {
     const CommandResult r = run_host("convert --input /nonexistent/model.gguf --output " +
                                      shell_quote((temp_dir() / "never.cellm").string()));
