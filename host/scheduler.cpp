@@ -94,6 +94,12 @@ void Scheduler::end_turn(Session& s, const std::string& reason, const std::strin
     s.finish(reason, error);
 }
 
+void Scheduler::end_never_fits(Session& s) {
+    end_turn(s, "error", "the KV pool (" + std::to_string(engine_.kv_stats().blocks) +
+                             " blocks) is too small for this session's context of " +
+                             std::to_string(s.context().size()) + " tokens");
+}
+
 void Scheduler::cancel(SessionId id) {
     Session& s = find(id);
     if (s.state_ == SessionState::Idle) return;
@@ -212,9 +218,7 @@ void Scheduler::plan(std::vector<Planned>& out) {
                 return e.second.get() != s && e.second->sequence_ >= 0;
             });
             if (alone) {
-                end_turn(*s, "error", "the KV pool (" + std::to_string(engine_.kv_stats().blocks) +
-                                          " blocks) is too small for this session's context of " +
-                                          std::to_string(s->context().size()) + " tokens");
+                end_never_fits(*s);
             } else {
                 preempt(*s);  // it waits until the others have given blocks back
             }
@@ -226,11 +230,7 @@ void Scheduler::plan(std::vector<Planned>& out) {
     }
 
     // Nothing runs that could give blocks back, and the next session still does not fit: it never will.
-    if (out.empty() && blocked != nullptr && running_count() == 0) {
-        end_turn(*blocked, "error", "the KV pool (" + std::to_string(engine_.kv_stats().blocks) +
-                                        " blocks) is too small for this session's context of " +
-                                        std::to_string(blocked->context().size()) + " tokens");
-    }
+    if (out.empty() && blocked != nullptr && running_count() == 0) end_never_fits(*blocked);
 }
 
 bool Scheduler::step() {

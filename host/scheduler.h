@@ -82,6 +82,8 @@ private:
     void preempt(Session& s);
     void release(Session& s);
     void end_turn(Session& s, const std::string& reason, const std::string& error = {});
+    // Ends the turn of a session the whole pool cannot hold, with an error naming the sizes.
+    void end_never_fits(Session& s);
     // Picks the running session (other than those in `keep`) to give way when blocks run short.
     Session* choose_victim(const std::vector<Planned>& keep, const Session& for_whom);
     void plan(std::vector<Planned>& out);

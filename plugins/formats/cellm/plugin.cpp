@@ -1,61 +1,25 @@
 // Entry point of the .cellm format plugin: recognises .cellm files by their magic and serves their model view.
 #include "cellm_file.h"
-#include "plugin_host.hpp"
+#include "format_plugin.hpp"
 
-#include <cellm/format.h>
-
-#include <algorithm>
 #include <cstring>
-#include <memory>
 
-struct cellm_model_file {
-    cellm::cellm_plugin::CellmFile cellm;
-};
-
-namespace cellm::cellm_plugin {
 namespace {
 
-int probe(const char* /*path*/, const uint8_t* head, size_t head_len) {
-    return head_len >= sizeof(magic) && std::memcmp(head, magic, sizeof(magic)) == 0 ? 100 : 0;
-}
-
-cellm_status* open(const char* path, cellm_model_file** out) {
-    return plugin::guard([&]() -> cellm_status* {
-        if (path == nullptr || out == nullptr) {
-            return plugin::error(CELLM_ERR_INVALID_ARGUMENT, "cellm open: NULL argument");
-        }
-        *out = new cellm_model_file{CellmFile(path)};
-        return nullptr;
-    });
-}
-
-void close(cellm_model_file* file) { delete file; }
-
-cellm_status* get_view(const cellm_model_file* file, cellm_model_view* out) {
-    if (file == nullptr || out == nullptr || out->struct_size < sizeof(size_t)) {
-        return plugin::error(CELLM_ERR_INVALID_ARGUMENT, "cellm get_view: NULL file or view");
+struct Cellm {
+    static constexpr const char* kName = "cellm";
+    static constexpr const char* kVersion = "0.1.0";
+    static constexpr const char* kDescription = "native .cellm model files (docs/format.md), memory-mapped";
+    using File = cellm::cellm_plugin::CellmFile;
+    static int probe(const char* /*path*/, const uint8_t* head, size_t head_len) {
+        using cellm::cellm_plugin::magic;
+        return head_len >= sizeof(magic) && std::memcmp(head, magic, sizeof(magic)) == 0 ? 100 : 0;
     }
-    // Fill only the fields the caller's struct has; struct_size stays what the caller set.
-    const cellm_model_view& view = file->cellm.view();
-    const size_t n = std::min(out->struct_size, sizeof(view)) - sizeof(size_t);
-    std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t), reinterpret_cast<const char*>(&view) + sizeof(size_t),
-                n);
-    return nullptr;
-}
-
-const cellm_format_iface iface = {sizeof(cellm_format_iface), probe, open, close, get_view};
-
-const cellm_plugin_desc desc = {
-    sizeof(cellm_plugin_desc), CELLM_ABI_MAJOR, CELLM_ABI_MINOR, CELLM_PLUGIN_FORMAT, "cellm", "0.1.0",
-    "native .cellm model files (docs/format.md), memory-mapped", &iface,
 };
 
 }  // namespace
-}  // namespace cellm::cellm_plugin
 
 extern "C" CELLM_EXPORT const cellm_plugin_desc* cellm_plugin_entry(const cellm_host_api* host, uint32_t host_abi_major,
                                                                     uint32_t /*host_abi_minor*/) {
-    if (host == nullptr || host_abi_major != CELLM_ABI_MAJOR) return nullptr;
-    cellm::plugin::host() = host;
-    return &cellm::cellm_plugin::desc;
+    return cellm::plugin::FormatPlugin<Cellm>::entry(host, host_abi_major);
 }

@@ -130,6 +130,10 @@ std::vector<std::string> HfFolder::shard_names(const fs::path& folder, std::vect
 }
 
 HfFolder::HfFolder(const fs::path& folder) {
+    std::error_code ec;
+    if (!fs::is_directory(folder, ec)) {
+        throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT, folder.string() + ": not a folder (give the Hugging Face model folder)");
+    }
     const fs::path config_path = folder / "config.json";
     const HfConfig config = read_config(read_json_file(config_path), config_path.string(), meta_);
     read_tokenizer(folder, config, meta_);
@@ -138,7 +142,6 @@ HfFolder::HfFolder(const fs::path& folder) {
     const std::vector<std::string> shards = shard_names(folder, index);
     std::vector<std::string> paths;
     uint64_t total = 0;
-    std::error_code ec;
     for (const std::string& shard : shards) {
         paths.push_back((folder / shard).string());
         total += fs::file_size(paths.back(), ec);
