@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# Benchmark cellm backends on the lent GPU machine (or locally), from the repo root, with what
+# scripts/gpu/pack.sh put into .gpu-carry/ and the Vulkan loader debs in .gl/.
+#
+# Usage: scripts/gpu/bench.sh [BACKEND ...]        default: vulkan      e.g. scripts/gpu/bench.sh vulkan openblas
+#
+# Per backend it runs two `cellm-host bench --json` on a synthetic model of SmolLM2-135M-Instruct Q4_1's exact
+# shape and tensor types (random weights, synthetic tokenizer):
+#   decode:   a 128-token prompt, then $CELLM_GPU_GEN greedy decode steps     -> $OUT/BACKEND-decode.json
+#   prefill:  a 512-token prompt (one prefill), then 16 decode steps          -> $OUT/BACKEND-prefill512.json
+# and logs everything (environment, plugin list, stderr) to $OUT/BACKEND.log; $OUT/summary.txt gets one table.
+# The device tool returns at most 8 files, so name at most 2 backends per run (3 files each + summary).
+#
+# Environment (all optional):
+#   OUT                   output folder (the device tool sets it; default /tmp/out)
+#   CELLM_GPU_SETUP       1: unpack .gl/*.deb into / and ldconfig (the device README's loader step; root only)
+#                         0: skip it. Default auto: do it when root, .gl/ exists and ldconfig knows no libvulkan
+#   CELLM_GPU_REPS        repetitions per bench, median reported (default 5)
+#   CELLM_GPU_GEN         decode steps of the decode bench (default 128)
+#   CELLM_GPU_PREFILL     prompt tokens of the prefill bench (default 512)
+#   CELLM_GPU_THREADS     --threads for the backend (default: the manifest's default, the physical cores)
+#   CELLM_GPU_BACKEND_OPTS extra TOML lines for the manifest's [backend] table, e.g. 'device = 0'
+#   CELLM_GPU_KV_TYPE     f32 | f16 | q8 for [context].kv_type (default: the host's default, f16)
+#   CELLM_GPU_TIMEOUT     seconds per cellm-host bench before it is killed (default 120; 2 backends x 2 benches stay inside a 10-minute run)
+#   CELLM_GPU_WORK        scratch folder: unpacked libs, the model, manifests (default /tmp/cellm-gpu)
+#   CELLM_GPU_REGEN=1     regenerate the synthetic model even if it is there
+set -euo pipefail
+
+say() { echo "== bench.sh: $*"; }
+die() { echo "bench.sh: error: $*" >&2; exit 1; }
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+backends=("$@")
+[ ${#backends[@]} -gt 0 ] || backends=(vulkan)
+[ ${#backends[@]} -le 2 ] || echo "bench.sh: warning: ${#backends[@]} backends write $((3 * ${#backends[@]} + 1)) files; the device tool returns 8" >&2
+
+OUT=${OUT:-/tmp/out}
+work=${CELLM_GPU_WORK:-/tmp/cellm-gpu}
+reps=${CELLM_GPU_REPS:-5}
+gen=${CELLM_GPU_GEN:-128}
+prefill=${CELLM_GPU_PREFILL:-512}
+timeout_s=${CELLM_GPU_TIMEOUT:-120}
+carry="$root/.gpu-carry"
+mkdir -p "$OUT" "$work"
+
+[ -x "$carry/bin/cellm-host" ] && [ -x "$carry/bin/cellm-make-model" ] ||
+    die "$carry/bin has no cellm-host/cellm-make-model: run scripts/gpu/pack.sh BUILD_DIR here and carry .gpu-carry"
+
+# --- 1. The Vulkan loader (and GL libs) from .gl, as /work/.library/device/README.md says. -------------------
+setup=${CELLM_GPU_SETUP:-auto}
+if [ "$setup" = auto ]; then
+    setup=0
+    if [ "$(id -u)" = 0 ] && [ -d .gl ] && ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; then setup=1; fi
+fi
+if [ "$setup" = 1 ]; then
+    [ "$(id -u)" = 0 ] || die "CELLM_GPU_SETUP=1 unpacks into / and needs root"
+    ls .gl/*.deb >/dev/null 2>&1 || die "no .gl/*.deb: download them once as the device README says, and carry .gl"
+    say "unpacking $(ls .gl/*.deb | wc -l) loader debs from .gl into /"
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+else
+    say "loader setup skipped (CELLM_GPU_SETUP=${CELLM_GPU_SETUP:-auto})"
+fi
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ -f "$icd" ]; then
+    export VK_DRIVER_FILES=$icd
+    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+    if [ -f "$egl" ]; then export __EGL_VENDOR_LIBRARY_FILENAMES=$egl; fi
+fi
+
+# --- 2. Shared libraries: .gpu-carry/lib (xz-compressed ones unpacked), lib-compat only when needed. --------
+libdir="$work/lib"
+rm -rf "$libdir"
+mkdir -p "$libdir"
+cp -a "$carry/lib/." "$libdir/"
+for z in "$libdir"/*.xz; do
+    [ -e "$z" ] || continue
+    if command -v xz >/dev/null; then
+        xz -dc "$z" >"${z%.xz}"
+    else
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$z" "${z%.xz}"
+    fi
+    rm -f "$z"
+done
+objs=("$carry/bin/cellm-host" "$carry/bin/cellm-make-model" "$carry"/bin/plugins/*.so)
+unresolved() { LD_LIBRARY_PATH=$1 ldd "${objs[@]}" 2>&1 | grep 'not found' || true; }
+export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if unresolved "$LD_LIBRARY_PATH" | grep -qE 'libstdc\+\+|libgcc_s|GLIBCXX|CXXABI|GCC_[0-9]'; then
+    # Only then: a newer system libstdc++ must win, since the NVIDIA driver's libraries may need it.
+    say "this machine's libstdc++/libgcc_s are missing or too old: using .gpu-carry/lib-compat"
+    export LD_LIBRARY_PATH="$carry/lib-compat:$LD_LIBRARY_PATH"
+fi
+still=$(unresolved "$LD_LIBRARY_PATH")
+if [ -n "$still" ]; then
+    echo "$still" >&2
+    if echo "$still" | grep -q libvulkan; then
+        echo "bench.sh: libvulkan.so.1 is not found: carry .gl and let the setup run (CELLM_GPU_SETUP=1)" >&2
+    fi
+    die "unresolved shared libraries (above)"
+fi
+
+host="$carry/bin/cellm-host"
+{
+    say "host: $(uname -srm), $(nproc) CPUs, $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
+    if command -v nvidia-smi >/dev/null; then
+        say "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | paste -sd ';')"
+    else
+        say "GPU: no nvidia-smi here"
+    fi
+    say "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: $icd not found)}"
+    say "libvulkan: $(ldconfig -p 2>/dev/null | grep -m1 'libvulkan\.so\.1' | sed 's/.*=> //' || true)"
+    say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    if [ -f "$carry/PACKED" ]; then head -3 "$carry/PACKED" | sed 's/^/   .gpu-carry\/PACKED: /'; fi
+} | tee "$work/env.txt"
+
+# --- 3. The synthetic SmolLM2-135M Q4_1 model. -------------------------------------------------------------
+# cellm-make-model writes every 2-D tensor in one type; the real Q4_1 file keeps token_embd.weight (tied, so
+# also the 49152x576 classifier) in Q8_0. Same preset and seed give the same values in every type, so the
+# Q8_0 token_embd of a second file is spliced in (scripts/gpu/gguf_tool.py, python3's standard library only).
+model="$work/smollm2-135m-synthetic.Q4_1.gguf"
+if [ "${CELLM_GPU_REGEN:-0}" = 1 ] || [ ! -s "$model" ]; then
+    say "generating the synthetic SmolLM2-135M model into $work"
+    gen_start=$SECONDS
+    "$carry/bin/cellm-make-model" --preset smollm2-135m --type q4_1 --seed 1 --out "$work/q4_1.gguf"
+    if command -v python3 >/dev/null; then
+        "$carry/bin/cellm-make-model" --preset smollm2-135m --type q8_0 --seed 1 --out "$work/q8_0.gguf"
+        python3 scripts/gpu/gguf_tool.py splice --base "$work/q4_1.gguf" --take "$work/q8_0.gguf" \
+            --tensor token_embd.weight --out "$model.tmp"
+        rm -f "$work/q4_1.gguf" "$work/q8_0.gguf"
+    else
+        echo "bench.sh: warning: no python3: token_embd.weight stays Q4_1 (the real file has it in Q8_0)" >&2
+        mv "$work/q4_1.gguf" "$model.tmp"
+    fi
+    mv "$model.tmp" "$model"
+    say "model generated in $((SECONDS - gen_start)) s"
+fi
+if command -v python3 >/dev/null; then
+    say "model tensors: $(python3 scripts/gpu/gguf_tool.py list "$model" | tail -1 | sed 's/^# //')"
+fi
+
+# --- 4. The benches. ---------------------------------------------------------------------------------------
+threads_arg=()
+if [ -n "${CELLM_GPU_THREADS:-}" ]; then threads_arg=(--threads "$CELLM_GPU_THREADS"); fi
+status=0
+summary="$OUT/summary.txt"
+printf '%-10s %-14s %8s %8s %5s %12s %12s %10s %9s\n' backend bench prompt gen reps prefill_tok/s decode_tok/s ttft_ms rss_MiB \
+    >"$summary"
+for backend in "${backends[@]}"; do
+    manifest="$work/bench-$backend.toml"
+    {
+        echo "# written by scripts/gpu/bench.sh"
+        echo "[model]"
+        echo "path = \"$model\""
+        echo "[backend]"
+        echo "name = \"$backend\""
+        if [ -n "${CELLM_GPU_BACKEND_OPTS:-}" ]; then printf '%s\n' "$CELLM_GPU_BACKEND_OPTS"; fi
+        echo "[context]"
+        echo "length = 2048"
+        echo "block_size = 16"
+        if [ -n "${CELLM_GPU_KV_TYPE:-}" ]; then echo "kv_type = \"$CELLM_GPU_KV_TYPE\""; fi
+        echo "[sampling]"
+        echo "temperature = 0"
+        echo "[plugins]"
+        echo "paths = [\"$carry/bin/plugins\"]"
+    } >"$manifest"
+    log="$OUT/$backend.log"
+    {
+        cat "$work/env.txt"
+        say "manifest $manifest:"
+        cat "$manifest"
+        say "cellm-host plugins:"
+        "$host" --verbose plugins --path "$carry/bin/plugins" 2>&1 || true
+    } >"$log"
+
+    for kind in decode prefill; do
+        if [ $kind = decode ]; then p=128 g=$gen name=decode; else p=$prefill g=16 name=prefill$prefill; fi
+        json="$OUT/$backend-$name.json"
+        cmd=("$host" bench --manifest "$manifest" "${threads_arg[@]}" --prompt-tokens "$p" --gen-tokens "$g"
+             --repetitions "$reps" --json)
+        say "$backend $name: ${cmd[*]#"$root"/}" | tee -a "$log"
+        start=$SECONDS
+        if timeout "$timeout_s" "${cmd[@]}" >"$json" 2>>"$log"; then
+            say "$backend $name: done in $((SECONDS - start)) s: $(cat "$json")" | tee -a "$log"
+            if command -v python3 >/dev/null; then
+                python3 - "$json" "$backend" "$name" >>"$summary" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]:10s} {sys.argv[3]:14s} {r['prompt_tokens']:8d} {r['gen_tokens']:8d} {r['repetitions']:5d} "
+      f"{r['prefill_tok_s']:12.1f} {r['decode_tok_s']:12.1f} {r['ttft_ms']:10.2f} {r['peak_rss_mb']:9.1f}")
+EOF
+            fi
+        else
+            rc=$?
+            status=1
+            if [ $rc = 124 ]; then
+                echo "bench.sh: $backend $name: killed after ${timeout_s}s (CELLM_GPU_TIMEOUT)" | tee -a "$log" >&2
+            fi
+            echo "bench.sh: $backend $name failed (exit $rc); the end of $log:" >&2
+            tail -n 25 "$log" >&2
+            printf '%-10s %-14s FAILED (exit %d), see %s.log\n' "$backend" "$name" "$rc" "$backend" >>"$summary"
+            [ -s "$json" ] || rm -f "$json"
+            break  # the prefill bench would most likely fail the same way
+        fi
+    done
+done
+
+say "summary ($OUT/summary.txt):"
+cat "$summary"
+exit $status
