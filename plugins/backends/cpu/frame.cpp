@@ -149,46 +149,12 @@ cellm_status* graph_prepare(cellm_backend* backend, const cellm_graph* graph, ce
 
 cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cellm_execute_args* args) {
     return guard([&]() -> cellm_status* {
-        if (backend == nullptr || plan == nullptr || args == nullptr ||
-            !CELLM_HAS_FIELD(args, cellm_execute_args, output_stride))
+        if (backend == nullptr || plan == nullptr)
             return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph_execute needs a backend, plan and arguments");
+        graph::check_bindings(*plan, args, error_prefix());
         const size_t n_inputs = args->n_inputs, n_outputs = args->n_outputs;
-        if ((n_inputs > 0 && (args->inputs == nullptr || args->input_stride < sizeof(cellm_input_binding))) ||
-            (n_outputs > 0 && (args->outputs == nullptr || args->output_stride < sizeof(cellm_output_binding))))
-            return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph_execute: binding arrays missing or strides too small");
         auto input = [&](size_t k) -> const cellm_input_binding& { return *cellm_input_at(args, k); };
         auto output = [&](size_t k) -> const cellm_output_binding& { return *cellm_output_at(args, k); };
-        const auto n_nodes = static_cast<int32_t>(plan->nodes.size());
-        std::vector<bool> bound(plan->nodes.size(), false);
-        for (size_t k = 0; k < n_inputs; ++k) {
-            const cellm_input_binding& b = input(k);
-            if (b.node < 0 || b.node >= n_nodes || plan->nodes[static_cast<size_t>(b.node)].op != CELLM_OP_INPUT)
-                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "input binding " + std::to_string(k) + " names node " +
-                                                              std::to_string(b.node) + ", which is not an INPUT node");
-            const Node& n = plan->nodes[static_cast<size_t>(b.node)];
-            if (bound[static_cast<size_t>(b.node)])
-                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(*plan, b.node) + " is bound twice");
-            if (b.size != n.bytes || b.data == nullptr)
-                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(*plan, b.node) + " needs " +
-                                                              std::to_string(n.bytes) + " bytes, binding has " +
-                                                              std::to_string(b.size));
-            bound[static_cast<size_t>(b.node)] = true;
-        }
-        for (int32_t i = 0; i < n_nodes; ++i)
-            if (plan->nodes[static_cast<size_t>(i)].op == CELLM_OP_INPUT && !bound[static_cast<size_t>(i)])
-                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(*plan, i) + " has no input binding");
-        for (size_t k = 0; k < n_outputs; ++k) {
-            const cellm_output_binding& b = output(k);
-            if (std::find(plan->outputs.begin(), plan->outputs.end(), b.node) == plan->outputs.end())
-                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "output binding " + std::to_string(k) + " names node " +
-                                                              std::to_string(b.node) + ", which is not a graph output");
-            const Node& n = plan->nodes[static_cast<size_t>(b.node)];
-            if (b.size != n.bytes || b.data == nullptr)
-                throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "output " + describe(*plan, b.node) + " has " +
-                                                              std::to_string(n.bytes) + " bytes, binding has " +
-                                                              std::to_string(b.size));
-        }
-
         for (size_t k = 0; k < n_inputs; ++k)
             std::memcpy(plan->nodes[static_cast<size_t>(input(k).node)].data, input(k).data, input(k).size);
         backend->executor->run(*plan);

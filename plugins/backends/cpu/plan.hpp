@@ -1,39 +1,21 @@
-// A prepared graph: the nodes copied out of the caller's graph, validated, with storage for every node
-// (weights and KV pools where their buffers are, everything else in one arena planned once).
+// A prepared graph on a CPU backend: the checked nodes (graph.hpp), each pointing at host memory (weights and KV
+// pools where their buffers are, everything else in one arena planned once), and scratch for the kernels.
 #pragma once
 
 #include "blocks.h"
-
+#include "graph.hpp"
 #include "memory.hpp"
 
 #include <cellm/backend.h>
 
-#include <array>
 #include <string>
 #include <vector>
 
 namespace cellm::cpu {
 
-struct Node {
-    cellm_op op = CELLM_OP_NONE;
-    cellm_dtype type = CELLM_TYPE_F32;  // element type of the storage (a KV_STORE node has its pool's)
-    std::array<int64_t, 4> ne{};
-    std::array<int32_t, CELLM_MAX_SRC> src{};
-    std::array<int32_t, CELLM_MAX_PARAMS> iparams{};
-    std::array<float, CELLM_MAX_PARAMS> fparams{};
-    std::string name;
-    uint64_t bytes = 0;
-    std::byte* data = nullptr;  // fixed when the plan is made
+using graph::Node;
 
-    int64_t nelements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
-    int64_t rows() const { return ne[1] * ne[2] * ne[3]; }
-    float* f32() const { return reinterpret_cast<float*>(data); }
-    const int32_t* i32() const { return reinterpret_cast<const int32_t*>(data); }
-};
-
-struct Plan {
-    std::vector<Node> nodes;
-    std::vector<int32_t> outputs;  // nodes the caller may read back
+struct Plan : graph::Checked {
     AlignedBytes arena;
     uint64_t arena_size = 0;
     std::vector<float> row;     // one dequantized weight row, or rotary angles, or one K/V row plus an accumulator
@@ -41,10 +23,10 @@ struct Plan {
     std::vector<blocks::Activations> columns;  // MATMUL activations prepared for the weight type, one per column
 };
 
-const char* op_name(cellm_op op);
+using graph::op_name;
 
 // "node 12 (MATMUL 'blk.0.attn_q')", for error messages.
-std::string describe(const Plan& plan, int32_t index);
+inline std::string describe(const Plan& plan, int32_t index) { return graph::describe(plan.nodes, index); }
 
 // Whether `op` can run with a first source (or, for leaves, storage) of `type`.
 bool op_accepts(cellm_op op, cellm_dtype type);
