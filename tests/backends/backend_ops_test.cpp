@@ -593,6 +593,28 @@ TEST_P(BackendOps, MatmulWithManyColumns) {
     }
 }
 
+// A product whose only reader is the ADD right after it (a residual connection), with the sum as the output: a
+// device backend may fold the ADD into the product, and either way the sum must be the reference's. One column
+// (decode) and many (prefill), a quantized and a float weight.
+TEST_P(BackendOps, MatmulFollowedByResidualAdd) {
+    unsigned seed = 300;
+    for (cellm_dtype type : {CELLM_TYPE_Q4_1, CELLM_TYPE_F32})
+        for (int64_t n : {1, 40}) {
+            SCOPED_TRACE("type " + std::to_string(type) + ", n " + std::to_string(n));
+            clear_graph();
+            const MatmulCase c{type, 256, 70, n, seed += 3};
+            const std::vector<float> r = random_floats(static_cast<size_t>(70 * n), seed + 100);
+            const int32_t residual = f32_weight(r, 70, n);
+            const int32_t product = c.add_to(*this);
+            const int32_t sum = add(CELLM_OP_ADD, CELLM_TYPE_F32, {70, n}, {residual, product});
+            ASSERT_EQ(prepare({sum}), "");
+            ASSERT_EQ(execute({}), "");
+            std::vector<float> want = matmul_reference(c.weights(), c.x(), n);
+            for (size_t i = 0; i < want.size(); ++i) want[i] += r[i];
+            expect_near_all(results[0], want, 1e-5f, "matmul + residual");
+        }
+}
+
 TEST_P(BackendOps, ElementwiseOpsAndPlanReuse) {
     const int64_t n0 = 8, n1 = 3;
     const std::vector<float> a = random_floats(n0 * n1, 3, 2.0f), b = random_floats(n0, 4), c = random_floats(n1, 5);

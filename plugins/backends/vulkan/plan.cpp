@@ -1,0 +1,532 @@
+#include "plan.hpp"
+
+#include "plugin_host.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+namespace cellm::vulkan {
+
+using graph::Node;
+using plugin::Failure;
+
+namespace {
+
+constexpr uint64_t alignment = 256;
+constexpr uint32_t max_grid = 65535;
+uint64_t aligned(uint64_t x) { return (x + alignment - 1) / alignment * alignment; }
+
+// Appends push constants in the shaders' scalar layout (every member at its natural alignment).
+struct Push {
+    Dispatch& d;
+    template <class T>
+    Push& operator<<(const T& v) {
+        d.push_size = static_cast<uint32_t>((d.push_size + alignof(T) - 1) / alignof(T) * alignof(T));
+        if (d.push_size + sizeof v > d.push.size()) throw Failure(CELLM_ERR_INTERNAL, "vulkan: push constants overflow");
+        std::memcpy(d.push.data() + d.push_size, &v, sizeof v);
+        d.push_size += static_cast<uint32_t>(sizeof v);
+        return *this;
+    }
+};
+
+uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
+
+// Workgroups for `count` units, wrapped into y beyond the x limit (common.glsl's group_index).
+std::array<uint32_t, 3> grid(uint64_t count) {
+    count = std::max<uint64_t>(count, 1);
+    const uint64_t x = std::min<uint64_t>(count, max_grid);
+    return {static_cast<uint32_t>(x), static_cast<uint32_t>((count + x - 1) / x), 1};
+}
+std::array<uint32_t, 3> grid(uint64_t items, uint64_t per_group) { return grid((items + per_group - 1) / per_group); }
+
+// How a MATMUL's activations are rounded for its weight type (round_activations.comp), 0 for none (F32).
+int rounding(cellm_dtype type) {
+    switch (type) {
+    case CELLM_TYPE_Q4_0: case CELLM_TYPE_Q5_0: case CELLM_TYPE_Q8_0: return 1;
+    case CELLM_TYPE_Q4_1: case CELLM_TYPE_Q5_1: return 2;
+    case CELLM_TYPE_Q4_K: case CELLM_TYPE_Q5_K: case CELLM_TYPE_Q6_K: return 3;
+    case CELLM_TYPE_F16: return 4;
+    case CELLM_TYPE_BF16: return 5;
+    default: return 0;
+    }
+}
+int64_t rounding_span(int r) { return r == 3 ? 256 : r == 1 || r == 2 ? 32 : 1; }
+
+// The last-use order matters to the check for memory overlap, not the names.
+struct Range {
+    VkDeviceAddress begin, end;
+    bool overlaps(const Range& o) const { return begin < o.end && o.begin < end; }
+};
+
+}  // namespace
+
+VkDeviceAddress Plan::address(int32_t index) const {
+    const Node& n = graph_.nodes[static_cast<size_t>(index)];
+    return (n.buffer != nullptr ? n.buffer->memory.address : arena_.address) + n.offset;
+}
+
+Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device_(device), graph_(checked) {
+    const std::string prefix = "vulkan: ";
+    auto& nodes = graph_.nodes;
+    const auto node = [&](int32_t i) -> const Node& { return nodes[static_cast<size_t>(i)]; };
+    auto fail = [&](int32_t i, cellm_status_code code, const std::string& what) {
+        throw Failure(code, prefix + graph::describe(nodes, i) + ": " + what);
+    };
+    // The INPUT node behind a source (through RESHAPEs): indices the host must check before the step runs.
+    auto input_of = [&](int32_t at, int k, const char* role) {
+        int32_t s = node(at).src[static_cast<size_t>(k)];
+        while (node(s).op == CELLM_OP_RESHAPE) s = node(s).src[0];
+        if (node(s).op != CELLM_OP_INPUT)
+            fail(at, CELLM_ERR_UNSUPPORTED, std::string(role) + " must come from an INPUT node (the host checks them)");
+        return s;
+    };
+    arena_size_ = aligned(graph::plan_arena(graph_, alignment));
+
+    // Scratch for rounded activations (one MATMUL input at a time), then the step's rotary angles.
+    uint64_t scratch = 0;
+    for (const Node& n : nodes) {
+        if (n.op != CELLM_OP_MATMUL || rounding(node(n.src[0]).type) == 0) continue;
+        const Node& x = node(n.src[1]);
+        scratch = std::max<uint64_t>(scratch, static_cast<uint64_t>(x.nelements() + x.nelements() / 32) * 4);
+    }
+    scratch_offset_ = arena_size_;
+    angles_offset_ = scratch_offset_ + aligned(scratch);
+
+    // Staging: every INPUT node, then the angle tables. Readback: every graph output.
+    staging_offset_.assign(nodes.size(), 0);
+    readback_offset_.assign(nodes.size(), 0);
+    uint64_t staging = 0, readback = 0;
+    for (size_t i = 0; i < nodes.size(); ++i)
+        if (nodes[i].op == CELLM_OP_INPUT) {
+            staging_offset_[i] = staging;
+            staging += aligned(nodes[i].bytes);
+        }
+    for (int32_t o : graph_.outputs) {
+        readback_offset_[static_cast<size_t>(o)] = readback;
+        readback += aligned(node(o).bytes);
+    }
+
+    uint64_t angles = 0;
+    std::vector<ptrdiff_t> rope_of(nodes.size(), -1);  // ROPE node -> its angle table
+    for (size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        if (n.op != CELLM_OP_ROPE) continue;
+        RopeAngles r;
+        r.positions = input_of(static_cast<int32_t>(i), 1, "positions");
+        r.n_rot = n.iparams[0];
+        r.base = n.fparams[0];
+        r.scale = n.fparams[1];
+        if (n.src[2] >= 0) {
+            const Node& f = node(n.src[2]);
+            if (f.op != CELLM_OP_WEIGHT) fail(static_cast<int32_t>(i), CELLM_ERR_UNSUPPORTED, "frequency factors must be a weight");
+            r.factors.resize(static_cast<size_t>(f.nelements()));
+            Allocation host(device_, f.bytes, true);
+            device_.run_once([&](VkCommandBuffer cmd) {
+                const VkBufferCopy region{f.offset, 0, f.bytes};
+                device_.vk.vkCmdCopyBuffer(cmd, f.buffer->memory.buffer, host.buffer, 1, &region);
+            });
+            std::memcpy(r.factors.data(), host.mapped, f.bytes);
+        }
+        const auto same = [&](const RopeAngles& o) {
+            return o.positions == r.positions && o.n_rot == r.n_rot && o.base == r.base && o.scale == r.scale && o.factors == r.factors;
+        };
+        if (auto it = std::find_if(ropes_.begin(), ropes_.end(), same); it != ropes_.end()) {
+            rope_of[i] = it - ropes_.begin();
+            continue;
+        }
+        rope_of[i] = static_cast<ptrdiff_t>(ropes_.size());
+        r.bytes = static_cast<uint64_t>(node(r.positions).nelements()) * static_cast<uint64_t>(r.n_rot) * 4;
+        r.staging_offset = staging;
+        r.device_offset = angles_offset_ + angles;
+        staging += aligned(r.bytes);
+        angles += aligned(r.bytes);
+        ropes_.push_back(r);
+    }
+
+    arena_ = Allocation(device_, angles_offset_ + std::max<uint64_t>(angles, alignment), false);
+    staging_ = Allocation(device_, std::max<uint64_t>(staging, alignment), true);
+    readback_ = Allocation(device_, std::max<uint64_t>(readback, alignment), true);
+
+    // Dispatches, with the memory each reads and writes for the barrier placement below.
+    std::vector<std::vector<Range>> reads, writes;
+    const auto range = [&](int32_t i) { return Range{address(i), address(i) + node(i).bytes}; };
+    const VkDeviceAddress scratch_at = arena_.address + scratch_offset_;
+    std::pair<int32_t, int> rounded{-1, 0};  // which (node, rounding) the scratch holds
+    auto emit = [&](Dispatch d, std::vector<Range> r, std::vector<Range> w) {
+        dispatches_.push_back(std::move(d));
+        reads.push_back(std::move(r));
+        writes.push_back(std::move(w));
+    };
+
+    // Readers of each node (through aliases too), for fusing an ADD into the product before it.
+    std::vector<int> uses(nodes.size(), 0);
+    std::vector<bool> is_output(nodes.size(), false), fused_add(nodes.size(), false);
+    for (const Node& n : nodes)
+        for (int32_t s : n.src)
+            if (s >= 0) ++uses[static_cast<size_t>(s)];
+    for (int32_t o : graph_.outputs) is_output[static_cast<size_t>(o)] = true;
+
+    for (size_t idx = 0; idx < nodes.size(); ++idx) {
+        const auto i = static_cast<int32_t>(idx);
+        const Node& n = nodes[idx];
+        const auto src = [&](int k) { return n.src[static_cast<size_t>(k)]; };
+        Dispatch d;
+        d.kind = graph::op_name(n.op);
+        Push p{d};
+        switch (n.op) {
+        case CELLM_OP_WEIGHT: case CELLM_OP_KV_CACHE: case CELLM_OP_INPUT: case CELLM_OP_RESHAPE: continue;
+        case CELLM_OP_GET_ROWS: {
+            input_of(i, 1, "row ids");
+            const Node& table = node(src(0));
+            d.shader = "get_rows_" + std::to_string(table.type);
+            p << address(src(0)) << address(src(1)) << address(i) << u32(table.ne[0]) << u32(n.ne[1]);
+            d.groups = grid(static_cast<uint64_t>(n.nelements()), 256);
+            emit(d, {range(src(0)), range(src(1))}, {range(i)});
+            break;
+        }
+        case CELLM_OP_MATMUL: {
+            const Node& w = node(src(0));
+            const Node& x = node(src(1));
+            const int64_t k = w.ne[0], m = w.ne[1], cols = x.rows();
+            const int r = rounding(w.type);
+            if (k % rounding_span(r) != 0) fail(i, CELLM_ERR_UNSUPPORTED, "row length not a multiple of the rounding block");
+            // A single column rounds itself inside the product (decode); more go through the rounding dispatch,
+            // whose result the products of the same input share.
+            const bool fused_rounding = r != 0 && cols == 1 && k <= 4096;
+            VkDeviceAddress xs = address(src(1)), sums = xs;
+            const Range xr{scratch_at, scratch_at + static_cast<uint64_t>(k * cols + k / 32 * cols) * 4};
+            if (r != 0 && !fused_rounding) {
+                xs = scratch_at;
+                sums = scratch_at + static_cast<uint64_t>(k * cols) * 4;
+                if (rounded != std::pair{src(1), r}) {
+                    Dispatch rd;
+                    rd.kind = "ROUND";
+                    rd.shader = "round_" + std::to_string(r);
+                    Push rp{rd};
+                    rp << address(src(1)) << xs << sums << u32(k) << u32(cols);
+                    rd.groups = grid(static_cast<uint64_t>(k / rounding_span(r) * cols), 64);
+                    emit(rd, {range(src(1))}, {xr});
+                    rounded = {src(1), r};
+                }
+            }
+            // An ADD right after the product, its only reader, is done by the product: out = W x + other.
+            int32_t target = i, residual = -1;
+            if (idx + 1 < nodes.size() && uses[idx] == 1 && nodes[idx + 1].op == CELLM_OP_ADD && !is_output[idx]) {
+                const Node& add = nodes[idx + 1];
+                const int32_t other = add.src[0] == i ? add.src[1] : add.src[1] == i ? add.src[0] : -1;
+                const Range out{address(i + 1), address(i + 1) + add.bytes};
+                if (other >= 0 && other < i && node(other).ne == n.ne && !out.overlaps(range(src(1))) &&
+                    !out.overlaps(range(other))) {
+                    target = i + 1;
+                    residual = other;
+                    fused_add[idx + 1] = true;
+                    d.kind = "MATMUL+ADD";
+                }
+            }
+            const bool tiled = cols > 8;
+            d.shader = std::string(tiled ? "matmul_tiled_" : fused_rounding ? "matmul_vec1_" : "matmul_vec_") + std::to_string(w.type);
+            p << address(src(0)) << xs << sums << address(target) << (residual >= 0 ? address(residual) : address(target))
+              << u32(k) << u32(m) << u32(cols) << uint32_t{residual >= 0 ? 1u : 0u};
+            d.groups = tiled ? std::array<uint32_t, 3>{u32((m + 63) / 64), u32((cols + 31) / 32), 1} : grid(static_cast<uint64_t>(m), 4);
+            std::vector<Range> reads_of{range(src(0)), r != 0 && !fused_rounding ? xr : range(src(1))};
+            if (residual >= 0) reads_of.push_back(range(residual));
+            emit(d, reads_of, {range(target)});
+            break;
+        }
+        case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_SILU: case CELLM_OP_GELU:
+        case CELLM_OP_TANH: case CELLM_OP_GLU: {
+            if (fused_add[idx]) continue;  // done by the product before it
+            uint32_t op = 0;
+            switch (n.op) {
+            case CELLM_OP_ADD: op = 0; break;
+            case CELLM_OP_MUL: op = 1; break;
+            case CELLM_OP_SCALE: op = 2; break;
+            case CELLM_OP_SILU: op = 3; break;
+            case CELLM_OP_GELU: op = 4; break;
+            case CELLM_OP_TANH: op = 5; break;
+            default: op = n.iparams[0] == 0 ? 6 : 7; break;
+            }
+            const bool binary = n.op == CELLM_OP_ADD || n.op == CELLM_OP_MUL || n.op == CELLM_OP_GLU;
+            d.shader = "elementwise";
+            p << address(src(0)) << (binary ? address(src(1)) : address(src(0))) << address(i);
+            for (int64_t v : n.ne) p << u32(v);
+            for (int64_t v : (binary ? node(src(1)).ne : n.ne)) p << u32(v);
+            p << op << n.fparams[0];
+            d.groups = grid(static_cast<uint64_t>(n.nelements()), 256);
+            std::vector<Range> r{range(src(0))};
+            if (binary) r.push_back(range(src(1)));
+            emit(d, r, {range(i)});
+            break;
+        }
+        case CELLM_OP_RMS_NORM: {
+            const bool weighted = src(1) >= 0;
+            d.shader = "rms_norm";
+            p << address(src(0)) << (weighted ? address(src(1)) : address(src(0))) << address(i);
+            for (int64_t v : n.ne) p << u32(v);
+            for (int64_t v : (weighted ? node(src(1)).ne : n.ne)) p << u32(v);
+            p << uint32_t{weighted ? 1u : 0u} << n.fparams[0];
+            d.groups = grid(static_cast<uint64_t>(n.rows()));
+            std::vector<Range> r{range(src(0))};
+            if (weighted) r.push_back(range(src(1)));
+            emit(d, r, {range(i)});
+            break;
+        }
+        case CELLM_OP_ROPE: {
+            const RopeAngles* table_of = &ropes_[static_cast<size_t>(rope_of[idx])];
+            const Node& x = node(src(0));
+            if (x.ne[0] % 2 != 0) fail(i, CELLM_ERR_UNSUPPORTED, "head_dim must be even");
+            d.shader = "rope";
+            const VkDeviceAddress table = arena_.address + table_of->device_offset;
+            p << address(src(0)) << table << address(i) << u32(x.ne[0]) << u32(x.ne[1]) << u32(x.ne[2])
+              << u32(n.iparams[0] / 2) << uint32_t{n.iparams[1] == CELLM_ROPE_ADJACENT ? 1u : 0u};
+            d.groups = grid(static_cast<uint64_t>(x.nelements() / 2), 256);
+            emit(d, {range(src(0)), Range{table, table + table_of->bytes}}, {range(i)});
+            break;
+        }
+        case CELLM_OP_KV_STORE: {
+            input_of(i, 2, "slots");
+            const Node& pool = node(src(0));
+            const Node& rows = node(src(1));
+            const int64_t per_word = pool.type == CELLM_TYPE_F32 ? 1 : pool.type == CELLM_TYPE_F16 ? 2 : 4;
+            if (pool.ne[0] % per_word != 0 || n.offset % 4 != 0)
+                fail(i, CELLM_ERR_UNSUPPORTED, "pool rows must fill whole 32-bit words");
+            const bool int8 = pool.type == CELLM_TYPE_I8;
+            d.shader = "kv_store_" + std::to_string(pool.type);
+            p << address(src(1)) << address(src(2)) << address(i) << (int8 ? address(src(3)) : address(i))
+              << u32(pool.ne[0]) << u32(rows.ne[1]) << u32(int8 ? node(src(3)).ne[0] : 1);
+            d.groups = grid(static_cast<uint64_t>(pool.ne[0] / per_word * rows.ne[1]), 256);
+            std::vector<Range> w{range(i)};
+            if (int8) w.push_back(range(src(3)));
+            emit(d, {range(src(1)), range(src(2))}, w);
+            break;
+        }
+        case CELLM_OP_ATTENTION: {
+            for (int k : {3, 4, 5}) input_of(i, k, "block table, sequence rows and positions");
+            if (n.iparams[2] > 256 || n.iparams[2] % 2 != 0) fail(i, CELLM_ERR_UNSUPPORTED, "head_dim must be even and at most 256");
+            const Node& q = node(src(0));
+            const Node& kp = node(src(1));
+            const Node& vp = node(src(2));
+            d.shader = "attention";
+            p << address(src(0)) << address(src(1)) << address(src(2)) << address(src(3)) << address(src(4))
+              << address(src(5)) << (src(6) >= 0 ? address(src(6)) : address(src(1)))
+              << (src(7) >= 0 ? address(src(7)) : address(src(2))) << address(i);
+            p << u32(n.iparams[0]) << u32(n.iparams[0] / n.iparams[1]) << u32(n.iparams[2]) << u32(n.iparams[3])
+              << u32(n.iparams[4]) << u32(node(src(3)).ne[0]) << u32(kp.ne[0]) << u32(kp.type) << u32(vp.type)
+              << u32(src(6) >= 0 ? node(src(6)).ne[0] : 1) << u32(src(7) >= 0 ? node(src(7)).ne[0] : 1) << n.fparams[0]
+              << n.fparams[1];
+            d.groups = {u32(n.iparams[0]), u32(q.ne[2]), 1};
+            std::vector<Range> r;
+            for (int k = 0; k < 8; ++k)
+                if (src(k) >= 0) r.push_back(range(src(k)));
+            emit(d, r, {range(i)});
+            break;
+        }
+        default: fail(i, CELLM_ERR_UNSUPPORTED, "op not supported by this backend");
+        }
+    }
+
+    // A barrier goes before a dispatch that reads what an earlier one wrote since the last barrier, or writes
+    // what one read or wrote since then (the arena reuses memory).
+    std::vector<Range> pending_reads, pending_writes;
+    for (size_t k = 0; k < dispatches_.size(); ++k) {
+        const auto hits = [](const std::vector<Range>& a, const std::vector<Range>& b) {
+            for (const Range& x : a)
+                for (const Range& y : b)
+                    if (x.overlaps(y)) return true;
+            return false;
+        };
+        const bool barrier = hits(reads[k], pending_writes) || hits(writes[k], pending_writes) || hits(writes[k], pending_reads);
+        barrier_before_.push_back(barrier);
+        if (barrier) {
+            pending_reads.clear();
+            pending_writes.clear();
+            ++profile_.barriers;
+        }
+        pending_reads.insert(pending_reads.end(), reads[k].begin(), reads[k].end());
+        pending_writes.insert(pending_writes.end(), writes[k].begin(), writes[k].end());
+    }
+    profile_.dispatches = dispatches_.size();
+    for (const Dispatch& d : dispatches_) device_.pipeline(d.shader);
+
+    if (profile && device_.timestamp_period > 0) {
+        VkQueryPoolCreateInfo info{};
+        info.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO;
+        info.queryType = VK_QUERY_TYPE_TIMESTAMP;
+        info.queryCount = static_cast<uint32_t>(dispatches_.size() + 1);
+        check(device_.vk.vkCreateQueryPool(device_.device, &info, nullptr, &queries_), "vkCreateQueryPool");
+    }
+    record();
+}
+
+Plan::~Plan() {
+    if (cmd_ != VK_NULL_HANDLE) device_.vk.vkFreeCommandBuffers(device_.device, device_.pool, 1, &cmd_);
+    if (queries_ != VK_NULL_HANDLE) device_.vk.vkDestroyQueryPool(device_.device, queries_, nullptr);
+}
+
+void Plan::record() {
+    const Vk& vk = device_.vk;
+    VkCommandBufferAllocateInfo alloc{};
+    alloc.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO;
+    alloc.commandPool = device_.pool;
+    alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    alloc.commandBufferCount = 1;
+    check(vk.vkAllocateCommandBuffers(device_.device, &alloc, &cmd_), "vkAllocateCommandBuffers");
+    VkCommandBufferBeginInfo begin{};
+    begin.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO;
+    check(vk.vkBeginCommandBuffer(cmd_, &begin), "vkBeginCommandBuffer");
+
+    const auto barrier = [&](VkPipelineStageFlags from, VkAccessFlags from_access, VkPipelineStageFlags to, VkAccessFlags to_access) {
+        VkMemoryBarrier b{};
+        b.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER;
+        b.srcAccessMask = from_access;
+        b.dstAccessMask = to_access;
+        vk.vkCmdPipelineBarrier(cmd_, from, to, 0, 1, &b, 0, nullptr, 0, nullptr);
+    };
+    if (queries_ != VK_NULL_HANDLE) {
+        vk.vkCmdResetQueryPool(cmd_, queries_, 0, static_cast<uint32_t>(dispatches_.size() + 1));
+        vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, queries_, 0);
+    }
+    // The step's inputs and angles, from staging into device memory.
+    std::vector<VkBufferCopy> in;
+    for (size_t i = 0; i < graph_.nodes.size(); ++i)
+        if (graph_.nodes[i].op == CELLM_OP_INPUT) in.push_back({staging_offset_[i], graph_.nodes[i].offset, graph_.nodes[i].bytes});
+    for (const RopeAngles& r : ropes_) in.push_back({r.staging_offset, r.device_offset, r.bytes});
+    if (!in.empty()) vk.vkCmdCopyBuffer(cmd_, staging_.buffer, arena_.buffer, static_cast<uint32_t>(in.size()), in.data());
+    barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+            VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+
+    VkPipeline bound = VK_NULL_HANDLE;
+    for (size_t k = 0; k < dispatches_.size(); ++k) {
+        const Dispatch& d = dispatches_[k];
+        if (barrier_before_[k])
+            barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT,
+                    VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT);
+        const VkPipeline p = device_.pipeline(d.shader);
+        if (p != bound) vk.vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, bound = p);
+        vk.vkCmdPushConstants(cmd_, device_.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, d.push_size, d.push.data());
+        vk.vkCmdDispatch(cmd_, d.groups[0], d.groups[1], d.groups[2]);
+        if (queries_ != VK_NULL_HANDLE)
+            vk.vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, queries_, static_cast<uint32_t>(k + 1));
+    }
+
+    barrier(VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_WRITE_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_TRANSFER_READ_BIT);
+    std::vector<VkBufferCopy> out;
+    for (int32_t o : graph_.outputs) {
+        const Node& n = graph_.nodes[static_cast<size_t>(o)];
+        if (n.buffer != nullptr) {
+            const VkBufferCopy region{n.offset, readback_offset_[static_cast<size_t>(o)], n.bytes};
+            vk.vkCmdCopyBuffer(cmd_, n.buffer->memory.buffer, readback_.buffer, 1, &region);
+        } else {
+            out.push_back({n.offset, readback_offset_[static_cast<size_t>(o)], n.bytes});
+        }
+    }
+    if (!out.empty()) vk.vkCmdCopyBuffer(cmd_, arena_.buffer, readback_.buffer, static_cast<uint32_t>(out.size()), out.data());
+    barrier(VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_WRITE_BIT, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+    check(vk.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
+}
+
+// The runtime data that indexes memory, checked as the reference checks it, with the same messages.
+void Plan::check_inputs(const std::vector<const std::byte*>& inputs) const {
+    const auto& nodes = graph_.nodes;
+    const auto root = [&](int32_t s) {
+        while (nodes[static_cast<size_t>(s)].op == CELLM_OP_RESHAPE) s = nodes[static_cast<size_t>(s)].src[0];
+        return s;
+    };
+    const auto data = [&](const Node& n, int k) {
+        return reinterpret_cast<const int32_t*>(inputs[static_cast<size_t>(root(n.src[static_cast<size_t>(k)]))]);
+    };
+    for (size_t idx = 0; idx < nodes.size(); ++idx) {
+        const Node& n = nodes[idx];
+        const auto i = static_cast<int32_t>(idx);
+        auto fail = [&](const std::string& what) {
+            throw Failure(CELLM_ERR_INVALID_ARGUMENT, "vulkan: " + graph::describe(nodes, i) + ": " + what);
+        };
+        const auto src = [&](int k) -> const Node& { return nodes[static_cast<size_t>(n.src[static_cast<size_t>(k)])]; };
+        if (n.op == CELLM_OP_GET_ROWS) {
+            const int32_t* ids = data(n, 1);
+            for (int64_t t = 0; t < n.ne[1]; ++t)
+                if (ids[t] < 0 || ids[t] >= src(0).ne[1])
+                    fail("row id " + std::to_string(ids[t]) + " at " + std::to_string(t) + " is outside [0, " +
+                         std::to_string(src(0).ne[1]) + ")");
+        } else if (n.op == CELLM_OP_KV_STORE) {
+            const int32_t* slots = data(n, 2);
+            for (int64_t t = 0; t < src(1).ne[1]; ++t)
+                if (slots[t] < 0 || slots[t] >= n.ne[1])
+                    fail("slot " + std::to_string(slots[t]) + " of token " + std::to_string(t) + " is outside [0, " +
+                         std::to_string(n.ne[1]) + ")");
+        } else if (n.op == CELLM_OP_ATTENTION) {
+            const int32_t* table = data(n, 3);
+            const int32_t* seqs = data(n, 4);
+            const int32_t* positions = data(n, 5);
+            const int64_t max_blocks = src(3).ne[0], n_seqs = src(3).ne[1], block_size = n.iparams[3], window = n.iparams[4];
+            const int64_t n_slots = std::min(src(1).ne[1], src(2).ne[1]);
+            for (int64_t t = 0; t < src(0).ne[2]; ++t) {
+                const int64_t r = seqs[t], p = positions[t];
+                if (r < 0 || r >= n_seqs)
+                    fail("token " + std::to_string(t) + " belongs to sequence row " + std::to_string(r) + ", outside [0, " +
+                         std::to_string(n_seqs) + ")");
+                if (p < 0 || p / block_size >= max_blocks)
+                    fail("position " + std::to_string(p) + " of token " + std::to_string(t) + " is outside the block table");
+                const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+                for (int64_t b = first / block_size; b <= p / block_size; ++b) {
+                    const int32_t entry = table[r * max_blocks + b];
+                    if (entry < 0 || (entry + 1) * block_size > n_slots)
+                        fail("block table entry " + std::to_string(entry) + " (sequence row " + std::to_string(r) +
+                             ", block " + std::to_string(b) + ") is not a block of the KV pool");
+                }
+            }
+        }
+    }
+}
+
+void Plan::execute(const cellm_execute_args& args) {
+    const auto started = std::chrono::steady_clock::now();
+    graph::check_bindings(graph_, &args, "vulkan: ");
+    std::vector<const std::byte*> inputs(graph_.nodes.size(), nullptr);
+    for (size_t k = 0; k < args.n_inputs; ++k) {
+        const cellm_input_binding& b = *cellm_input_at(&args, k);
+        inputs[static_cast<size_t>(b.node)] = static_cast<const std::byte*>(b.data);
+        std::memcpy(staging_.mapped + staging_offset_[static_cast<size_t>(b.node)], b.data, b.size);
+    }
+    check_inputs(inputs);
+    for (const RopeAngles& r : ropes_) {
+        const auto* pos = reinterpret_cast<const int32_t*>(inputs[static_cast<size_t>(r.positions)]);
+        const int64_t n_tokens = graph_.nodes[static_cast<size_t>(r.positions)].nelements(), half = r.n_rot / 2;
+        auto* table = reinterpret_cast<float*>(staging_.mapped + r.staging_offset);
+        for (int64_t t = 0; t < n_tokens; ++t)
+            for (int64_t i = 0; i < half; ++i) {
+                double theta = pos[t] * r.scale * std::pow(r.base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
+                if (!r.factors.empty()) theta /= r.factors[static_cast<size_t>(i)];
+                table[t * 2 * half + i] = static_cast<float>(std::cos(theta));
+                table[t * 2 * half + half + i] = static_cast<float>(std::sin(theta));
+            }
+    }
+    device_.submit(cmd_);
+    for (size_t k = 0; k < args.n_outputs; ++k) {
+        const cellm_output_binding& b = *cellm_output_at(&args, k);
+        std::memcpy(b.data, readback_.mapped + readback_offset_[static_cast<size_t>(b.node)], b.size);
+    }
+    if (queries_ == VK_NULL_HANDLE) return;
+    std::vector<uint64_t> ticks(dispatches_.size() + 1);
+    check(device_.vk.vkGetQueryPoolResults(device_.device, queries_, 0, static_cast<uint32_t>(ticks.size()),
+                                           ticks.size() * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
+                                           VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT),
+          "vkGetQueryPoolResults");
+    const double period = device_.timestamp_period;
+    for (size_t k = 0; k < dispatches_.size(); ++k) {
+        const double ns = static_cast<double>(ticks[k + 1] - ticks[k]) * period;
+        auto it = std::find_if(profile_.kinds.begin(), profile_.kinds.end(), [&](const auto& e) { return e.first == dispatches_[k].kind; });
+        if (it == profile_.kinds.end()) it = profile_.kinds.insert(profile_.kinds.end(), {dispatches_[k].kind, {0, 0.0}});
+        it->second.first += 1;
+        it->second.second += ns;
+    }
+    profile_.gpu_ns += static_cast<double>(ticks.back() - ticks.front()) * period;
+    profile_.wall_ns += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - started).count();
+    ++profile_.steps;
+}
+
+}  // namespace cellm::vulkan

@@ -1,0 +1,55 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Row t of the new keys or values goes to slot slots[t] of the pool, converted to the pool's type (POOL_TYPE):
+// one invocation per 32-bit word of the pool (one float, two halves or four int8 codes), so no two invocations
+// share a word. An I8 pool's word also computes its group's scale (graph.h); the word that starts a group
+// writes it. Slots were checked on the host.
+#include "common.glsl"
+
+layout(local_size_x = 256) in;
+layout(push_constant, scalar) uniform Push {
+    Floats rows;    // F32 [kv_dim, n_tokens]
+    Ints slots;     // I32 [n_tokens]
+    Words pool;     // [kv_dim, n_slots]
+    Floats scales;  // F32 [n_groups, n_slots] (I8)
+    uint kv_dim, n_tokens, n_groups;
+} pc;
+
+#if POOL_TYPE == T_F32
+const uint PER_WORD = 1u;
+#elif POOL_TYPE == T_F16
+const uint PER_WORD = 2u;
+#else
+const uint PER_WORD = 4u;
+#endif
+
+void main() {
+    const uint words = pc.kv_dim / PER_WORD;
+    const uint g = (group_index() * gl_WorkGroupSize.x + gl_LocalInvocationID.x);
+    if (g >= words * pc.n_tokens) return;
+    const uint t = g / words, wi = g % words, i0 = wi * PER_WORD;
+    const uint slot = uint(pc.slots.i[t]);
+    const uint src = t * pc.kv_dim + i0, dst = slot * words + wi;
+#if POOL_TYPE == T_F32
+    pc.pool.w[dst] = floatBitsToUint(pc.rows.f[src]);
+#elif POOL_TYPE == T_F16
+    pc.pool.w[dst] = f16_bits(pc.rows.f[src]) | (f16_bits(pc.rows.f[src + 1u]) << 16);
+#else
+    const uint width = pc.kv_dim / pc.n_groups;
+    uint packed = 0u;
+    for (uint e = 0u; e < 4u; ++e) {
+        const uint i = i0 + e, group = i / width;
+        float amax = 0.0;
+        for (uint j = group * width; j < (group + 1u) * width; ++j) amax = max(amax, abs(pc.rows.f[t * pc.kv_dim + j]));
+        const float scale = amax / 127.0;
+        if (i == group * width) pc.scales.f[slot * pc.n_groups + group] = scale;
+        float code = 0.0;
+        if (scale != 0.0) {
+            const float v = pc.rows.f[src + e] / scale;
+            code = roundEven(min(v >= -127.0 ? v : -127.0, 127.0));  // NaN codes as -127, as the reference
+        }
+        packed |= (uint(int(code)) & 0xFFu) << (8u * e);
+    }
+    pc.pool.w[dst] = packed;
+#endif
+}

@@ -1,0 +1,24 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// The activations of a MATMUL as its weight type's dot product sees them (rounding.glsl), one invocation per
+// span of one column, for products with more than one column (matmul.comp rounds a single column itself).
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(push_constant, scalar) uniform Push {
+    Floats x;        // F32 [k, n]
+    Floats rounded;  // F32 [k, n]
+    Floats sums;     // F32 [k / 32, n] (ROUNDING 2)
+    uint k, n;
+} pc;
+
+#define ROUND_IN(i) pc.x.f[i]
+#define ROUND_OUT(i, v) pc.rounded.f[i] = (v)
+#define ROUND_SUM(g, v) pc.sums.f[g] = (v)
+#include "rounding.glsl"
+
+void main() {
+    const uint g = group_index() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    if (g >= pc.k / SPAN * pc.n) return;
+    round_span(g * SPAN, g);  // columns are contiguous and k is a multiple of SPAN
+}

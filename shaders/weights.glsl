@@ -1,0 +1,107 @@
+// weight_at(p, o, i): element i of the row that starts at byte o of a WEIGHT_TYPE tensor, with the float operations
+// in the order of blocks.cpp (and ggml), so values are bit-equal to the reference's. weight_min(p, o, b): the
+// additive term of 32-element block b of an affine row (Q4_1, Q5_1), whose dot product adds min * block sum.
+#if WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_1
+#define AFFINE 1
+#endif
+
+#if WEIGHT_TYPE == T_F32
+const uint BLOCK = 1u, BLOCK_BYTES = 4u;
+#elif WEIGHT_TYPE == T_F16 || WEIGHT_TYPE == T_BF16
+const uint BLOCK = 1u, BLOCK_BYTES = 2u;
+#elif WEIGHT_TYPE == T_Q4_0
+const uint BLOCK = 32u, BLOCK_BYTES = 18u;
+#elif WEIGHT_TYPE == T_Q4_1
+const uint BLOCK = 32u, BLOCK_BYTES = 20u;
+#elif WEIGHT_TYPE == T_Q5_0
+const uint BLOCK = 32u, BLOCK_BYTES = 22u;
+#elif WEIGHT_TYPE == T_Q5_1
+const uint BLOCK = 32u, BLOCK_BYTES = 24u;
+#elif WEIGHT_TYPE == T_Q8_0
+const uint BLOCK = 32u, BLOCK_BYTES = 34u;
+#elif WEIGHT_TYPE == T_Q4_K
+const uint BLOCK = 256u, BLOCK_BYTES = 144u;
+#elif WEIGHT_TYPE == T_Q5_K
+const uint BLOCK = 256u, BLOCK_BYTES = 176u;
+#elif WEIGHT_TYPE == T_Q6_K
+const uint BLOCK = 256u, BLOCK_BYTES = 210u;
+#else
+#error unknown WEIGHT_TYPE
+#endif
+
+// Q4_K/Q5_K: the 6-bit scale and min of sub-block s (ggml's get_scale_min_k4); the 12 bytes start at byte b.
+void k_scale_min(Words p, uint b, uint s, out uint sc, out uint mn) {
+    if (s < 4u) {
+        sc = byte_at(p, b + s) & 63u;
+        mn = byte_at(p, b + s + 4u) & 63u;
+    } else {
+        sc = (byte_at(p, b + s + 4u) & 0xFu) | ((byte_at(p, b + s - 4u) >> 6) << 4);
+        mn = (byte_at(p, b + s + 4u) >> 4) | ((byte_at(p, b + s) >> 6) << 4);
+    }
+}
+
+float weight_at(Words p, uint o, uint i) {
+#if WEIGHT_TYPE == T_F32
+    return uintBitsToFloat(word_at(p, o + 4u * i));
+#elif WEIGHT_TYPE == T_F16
+    return half_at(p, o + 2u * i);
+#elif WEIGHT_TYPE == T_BF16
+    return uintBitsToFloat(half_bits_at(p, o + 2u * i) << 16);
+#else
+    const uint b = o + (i / BLOCK) * BLOCK_BYTES, j = i % BLOCK;
+#if WEIGHT_TYPE == T_Q8_0
+    const int q = int(byte_at(p, b + 2u + j) << 24) >> 24;
+    precise float v = float(q) * half_at(p, b);
+    return v;
+#elif WEIGHT_TYPE == T_Q4_0 || WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1
+#if WEIGHT_TYPE == T_Q4_0 || WEIGHT_TYPE == T_Q5_0
+    const uint codes = b + (WEIGHT_TYPE == T_Q4_0 ? 2u : 6u);
+#else
+    const uint codes = b + (WEIGHT_TYPE == T_Q4_1 ? 4u : 8u);
+#endif
+    uint u = byte_at(p, codes + (j & 15u));
+    u = j < 16u ? (u & 0xFu) : (u >> 4);
+#if WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1
+    u |= ((word_at(p, b + (WEIGHT_TYPE == T_Q5_0 ? 2u : 4u)) >> j) & 1u) << 4;
+#endif
+#if WEIGHT_TYPE == T_Q4_0
+    precise float v = float(int(u) - 8) * half_at(p, b);
+#elif WEIGHT_TYPE == T_Q5_0
+    precise float v = float(int(u) - 16) * half_at(p, b);
+#else
+    precise float v = float(u) * half_at(p, b) + half_at(p, b + 2u);
+#endif
+    return v;
+#elif WEIGHT_TYPE == T_Q4_K || WEIGHT_TYPE == T_Q5_K
+    const uint s = j / 32u, l = j % 32u;  // sub-block of 32
+    uint sc, mn;
+    k_scale_min(p, b + 4u, s, sc, mn);
+    const uint codes = b + (WEIGHT_TYPE == T_Q4_K ? 16u : 48u);
+    uint u = byte_at(p, codes + 32u * (s / 2u) + l);
+    u = (s & 1u) == 0u ? (u & 0xFu) : (u >> 4);
+#if WEIGHT_TYPE == T_Q5_K
+    u |= ((byte_at(p, b + 16u + l) >> s) & 1u) << 4;
+#endif
+    precise float step = half_at(p, b) * float(sc);
+    precise float bias = half_at(p, b + 2u) * float(mn);
+    precise float v = step * float(u) - bias;
+    return v;
+#elif WEIGHT_TYPE == T_Q6_K
+    const uint h = j / 128u, k = (j % 128u) / 32u, l = j % 32u;
+    const uint low = (byte_at(p, b + 64u * h + l + 32u * (k % 2u)) >> (k < 2u ? 0u : 4u)) & 0xFu;
+    const uint high = (byte_at(p, b + 128u + 32u * h + l) >> (2u * k)) & 3u;
+    const int q = int(low | (high << 4)) - 32;
+    const int sc = int(byte_at(p, b + 192u + j / 16u) << 24) >> 24;
+    precise float step = half_at(p, b + 208u) * float(sc);
+    precise float v = step * float(q);
+    return v;
+#endif
+#endif
+}
+
+#ifdef AFFINE
+float weight_min(Words p, uint o, uint block) { return half_at(p, o + block * BLOCK_BYTES + 2u); }
+#endif
+
+// Bytes of one row of k elements.
+uint row_bytes(uint k) { return k / BLOCK * BLOCK_BYTES; }
