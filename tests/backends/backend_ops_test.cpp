@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <cstring>
@@ -475,6 +476,44 @@ struct Step {
         return s;
     }
 };
+
+// ---- Device selection (backends that have devices) ----
+
+// The Vulkan backend picks a device by index or by part of its name, and a bad choice, or a machine whose loader
+// finds no driver at all, is one error line from create, never a crash.
+TEST(VulkanDevices, SelectionAndMissingDevices) {
+    const BackendPlugin* vulkan = find_backend("vulkan");
+    if (vulkan == nullptr) GTEST_SKIP() << "the vulkan backend is not built";
+    const cellm_backend_iface* be = vulkan->iface;
+    auto create = [&](const char* device) {
+        const cellm_option option{"device", device};
+        cellm_backend* backend = nullptr;
+        cellm_status* s = be->create(&option, 1, &backend);
+        if (backend != nullptr) be->destroy(backend);
+        return message(s);
+    };
+    std::vector<std::string> lines;
+    be->describe([](void* user, const char* l) { static_cast<std::vector<std::string>*>(user)->push_back(l); }, &lines);
+    ASSERT_FALSE(lines.empty());
+    if (lines[0].rfind("device 0: ", 0) != 0) GTEST_SKIP() << "no Vulkan device here: " << lines[0];
+    const std::string name = lines[0].substr(10, lines[0].find(" (") - 10);
+    EXPECT_EQ(create("0"), "");
+    EXPECT_EQ(create(name.substr(0, 4).c_str()), "") << name;
+    EXPECT_EQ(create("99"), "vulkan: device 99 does not exist (" + std::to_string(lines.size()) + " found)");
+    const std::string unknown = create("no-such-gpu");
+    EXPECT_EQ(unknown.rfind("vulkan: no device named 'no-such-gpu' (found: ", 0), 0u) << unknown;
+
+    // No driver: the loader is pointed at a manifest that does not exist.
+    for (const char* variable : {"VK_ICD_FILENAMES", "VK_DRIVER_FILES"}) setenv(variable, "/nonexistent/icd.json", 1);
+    const std::string none = create("");
+    std::vector<std::string> none_lines;
+    be->describe([](void* user, const char* l) { static_cast<std::vector<std::string>*>(user)->push_back(l); }, &none_lines);
+    for (const char* variable : {"VK_ICD_FILENAMES", "VK_DRIVER_FILES"}) unsetenv(variable);
+    EXPECT_TRUE(none == "vulkan: no Vulkan device found" || none.rfind("vulkan: no Vulkan 1.2 instance (", 0) == 0) << none;
+    EXPECT_EQ(none.find('\n'), std::string::npos);
+    ASSERT_EQ(none_lines.size(), 1u);
+    EXPECT_EQ(none_lines[0].rfind("vulkan: no ", 0), 0u) << none_lines[0];
+}
 
 // ---- The tests, once per backend ----
 
