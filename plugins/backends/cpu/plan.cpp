@@ -7,19 +7,7 @@
 
 namespace cellm::cpu {
 
-bool op_accepts(cellm_op op, cellm_dtype type) {
-    switch (op) {
-    case CELLM_OP_WEIGHT: case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: return blocks::supported(type);
-    case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE:
-        return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8;
-    case CELLM_OP_INPUT: return type == CELLM_TYPE_I32;
-    case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
-    case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
-    case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_ROPE: case CELLM_OP_ATTENTION:
-        return type == CELLM_TYPE_F32;
-    default: return false;
-    }
-}
+bool op_accepts(cellm_op op, cellm_dtype type) { return graph::op_accepts(op, type, blocks::supported); }
 
 void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan& plan) {
     const graph::Rules rules{error_prefix(), op_accepts, [&](const cellm_buffer* b) -> std::optional<graph::BufferFacts> {

@@ -1,7 +1,6 @@
 #include "reference_kernels.hpp"
 
 #include "blocks.h"
-#include "plugin_host.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,8 +10,6 @@
 namespace cellm::cpu {
 namespace {
 
-using plugin::Failure;
-
 struct Context {
     Plan& plan;
     int32_t index;
@@ -20,9 +17,6 @@ struct Context {
     int64_t begin = 0, end = 0;  // the units (see reference_parts) this call computes
     const Node& src(int k) const { return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])]; }
     bool has(int k) const { return node.src[static_cast<size_t>(k)] >= 0; }
-    [[noreturn]] void fail(const std::string& what) const {
-        throw Failure(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + describe(plan, index) + ": " + what);
-    }
 };
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -64,10 +58,8 @@ void get_rows(const Context& c) {
     const Node& table = c.src(0);
     const int32_t* ids = c.src(1).i32();
     const uint64_t row_bytes = blocks::row_bytes(table.type, table.ne[0]);
+    graph::check_row_ids(error_prefix(), c.plan.nodes, c.index, ids, c.begin, c.end);
     for (int64_t i = c.begin; i < c.end; ++i) {
-        if (ids[i] < 0 || ids[i] >= table.ne[1])
-            c.fail("row id " + std::to_string(ids[i]) + " at " + std::to_string(i) + " is outside [0, " +
-                   std::to_string(table.ne[1]) + ")");
         blocks::dequantize_row(table.type, table.data + static_cast<uint64_t>(ids[i]) * row_bytes,
                                c.node.f32() + i * table.ne[0], table.ne[0]);
     }
@@ -164,12 +156,9 @@ void kv_store(const Context& c) {
     const Node& pool = c.node;  // aliases src0's storage
     const Node& rows = c.src(1);
     const int32_t* slots = c.src(2).i32();
-    const int64_t n_tokens = rows.ne[1], n_slots = pool.ne[1];
+    const int64_t n_tokens = rows.ne[1];
     // Check every slot before writing any, so a bad batch leaves the cache untouched.
-    for (int64_t t = 0; t < n_tokens; ++t)
-        if (slots[t] < 0 || slots[t] >= n_slots)
-            c.fail("slot " + std::to_string(slots[t]) + " of token " + std::to_string(t) + " is outside [0, " +
-                   std::to_string(n_slots) + ")");
+    graph::check_slots(error_prefix(), c.plan.nodes, c.index, slots);
     if (pool.type == CELLM_TYPE_I8) {
         const Node& scales = c.src(3);
         for (int64_t t = 0; t < n_tokens; ++t)
@@ -269,20 +258,7 @@ AttentionShape check_attention(Plan& plan, int32_t index) {
     a.block_table = table.i32();
     a.seq_of = c.src(4).i32();
     a.pos_of = c.src(5).i32();
-    const int64_t n_seqs = table.ne[1], n_slots = std::min(c.src(1).ne[1], c.src(2).ne[1]);
-    for (int64_t t = 0; t < a.n_tokens; ++t) {
-        const int64_t r = a.seq_of[t], p = a.pos_of[t];
-        if (r < 0 || r >= n_seqs)
-            c.fail("token " + std::to_string(t) + " belongs to sequence row " + std::to_string(r) + ", outside [0, " +
-                   std::to_string(n_seqs) + ")");
-        if (p < 0 || p / a.block_size >= a.max_blocks)
-            c.fail("position " + std::to_string(p) + " of token " + std::to_string(t) + " is outside the block table");
-        const int32_t* blocks_of = a.block_table + r * a.max_blocks;
-        for (int64_t b = a.first(t) / a.block_size; b <= p / a.block_size; ++b)
-            if (blocks_of[b] < 0 || (blocks_of[b] + 1) * a.block_size > n_slots)
-                c.fail("block table entry " + std::to_string(blocks_of[b]) + " (sequence row " + std::to_string(r) +
-                       ", block " + std::to_string(b) + ") is not a block of the KV pool");
-    }
+    graph::check_attention_inputs(error_prefix(), plan.nodes, index, a.block_table, a.seq_of, a.pos_of);
     return a;
 }
 

@@ -36,6 +36,20 @@ const char* op_name(cellm_op op) {
     return "unknown op";
 }
 
+bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype)) {
+    switch (op) {
+    case CELLM_OP_WEIGHT: case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: return weights(type);
+    case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE:
+        return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8;
+    case CELLM_OP_INPUT: return type == CELLM_TYPE_I32;
+    case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
+    case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
+    case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_ROPE: case CELLM_OP_ATTENTION:
+        return type == CELLM_TYPE_F32;
+    default: return false;
+    }
+}
+
 std::string describe(const std::vector<Node>& nodes, int32_t index) {
     const Node& n = nodes[static_cast<size_t>(index)];
     std::string s = "node " + std::to_string(index) + " (" + op_name(n.op);

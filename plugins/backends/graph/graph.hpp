@@ -58,6 +58,10 @@ struct Rules {
 
 const char* op_name(cellm_op op);
 
+// Whether `op` runs with a first source (or, for leaves, storage) of `type`, for a backend whose MATMUL and
+// GET_ROWS take the weight types `weights` accepts. Every other op's types are graph.h's, the same for all.
+bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype));
+
 // "node 12 (MATMUL 'blk.0.attn_q')", for error messages.
 std::string describe(const std::vector<Node>& nodes, int32_t index);
 
@@ -76,5 +80,16 @@ uint64_t plan_arena(Checked& graph, uint64_t alignment);
 // Checks execute's arguments against a checked graph: every INPUT node bound once with its exact size, every
 // output binding naming a graph output of the right size. Throws plugin::Failure.
 void check_bindings(const Checked& graph, const cellm_execute_args* args, const std::string& prefix);
+
+// The step inputs that index memory, checked before anything reads or writes through them (every backend, with
+// the same messages). Each throws plugin::Failure(CELLM_ERR_INVALID_ARGUMENT) naming node `index` and the value.
+// GET_ROWS: ids[begin, end) are rows of the table.
+void check_row_ids(const std::string& prefix, const std::vector<Node>& nodes, int32_t index, const int32_t* ids,
+                   int64_t begin, int64_t end);
+// KV_STORE: every token's slot is a row of the pool.
+void check_slots(const std::string& prefix, const std::vector<Node>& nodes, int32_t index, const int32_t* slots);
+// ATTENTION: every token's sequence row and position, and the block table entries its window reads.
+void check_attention_inputs(const std::string& prefix, const std::vector<Node>& nodes, int32_t index,
+                            const int32_t* table, const int32_t* seqs, const int32_t* positions);
 
 }  // namespace cellm::graph

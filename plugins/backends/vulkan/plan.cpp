@@ -429,8 +429,9 @@ void Plan::record() {
     check(vk.vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
 }
 
-// The runtime data that indexes memory, checked as the reference checks it, with the same messages.
+// The runtime data that indexes memory, checked on the host before the GPU reads or writes through it.
 void Plan::check_inputs(const std::vector<const std::byte*>& inputs) const {
+    const std::string prefix = "vulkan: ";
     const auto& nodes = graph_.nodes;
     const auto root = [&](int32_t s) {
         while (nodes[static_cast<size_t>(s)].op == CELLM_OP_RESHAPE) s = nodes[static_cast<size_t>(s)].src[0];
@@ -442,44 +443,9 @@ void Plan::check_inputs(const std::vector<const std::byte*>& inputs) const {
     for (size_t idx = 0; idx < nodes.size(); ++idx) {
         const Node& n = nodes[idx];
         const auto i = static_cast<int32_t>(idx);
-        auto fail = [&](const std::string& what) {
-            throw Failure(CELLM_ERR_INVALID_ARGUMENT, "vulkan: " + graph::describe(nodes, i) + ": " + what);
-        };
-        const auto src = [&](int k) -> const Node& { return nodes[static_cast<size_t>(n.src[static_cast<size_t>(k)])]; };
-        if (n.op == CELLM_OP_GET_ROWS) {
-            const int32_t* ids = data(n, 1);
-            for (int64_t t = 0; t < n.ne[1]; ++t)
-                if (ids[t] < 0 || ids[t] >= src(0).ne[1])
-                    fail("row id " + std::to_string(ids[t]) + " at " + std::to_string(t) + " is outside [0, " +
-                         std::to_string(src(0).ne[1]) + ")");
-        } else if (n.op == CELLM_OP_KV_STORE) {
-            const int32_t* slots = data(n, 2);
-            for (int64_t t = 0; t < src(1).ne[1]; ++t)
-                if (slots[t] < 0 || slots[t] >= n.ne[1])
-                    fail("slot " + std::to_string(slots[t]) + " of token " + std::to_string(t) + " is outside [0, " +
-                         std::to_string(n.ne[1]) + ")");
-        } else if (n.op == CELLM_OP_ATTENTION) {
-            const int32_t* table = data(n, 3);
-            const int32_t* seqs = data(n, 4);
-            const int32_t* positions = data(n, 5);
-            const int64_t max_blocks = src(3).ne[0], n_seqs = src(3).ne[1], block_size = n.iparams[3], window = n.iparams[4];
-            const int64_t n_slots = std::min(src(1).ne[1], src(2).ne[1]);
-            for (int64_t t = 0; t < src(0).ne[2]; ++t) {
-                const int64_t r = seqs[t], p = positions[t];
-                if (r < 0 || r >= n_seqs)
-                    fail("token " + std::to_string(t) + " belongs to sequence row " + std::to_string(r) + ", outside [0, " +
-                         std::to_string(n_seqs) + ")");
-                if (p < 0 || p / block_size >= max_blocks)
-                    fail("position " + std::to_string(p) + " of token " + std::to_string(t) + " is outside the block table");
-                const int64_t first = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
-                for (int64_t b = first / block_size; b <= p / block_size; ++b) {
-                    const int32_t entry = table[r * max_blocks + b];
-                    if (entry < 0 || (entry + 1) * block_size > n_slots)
-                        fail("block table entry " + std::to_string(entry) + " (sequence row " + std::to_string(r) +
-                             ", block " + std::to_string(b) + ") is not a block of the KV pool");
-                }
-            }
-        }
+        if (n.op == CELLM_OP_GET_ROWS) graph::check_row_ids(prefix, nodes, i, data(n, 1), 0, n.ne[1]);
+        else if (n.op == CELLM_OP_KV_STORE) graph::check_slots(prefix, nodes, i, data(n, 2));
+        else if (n.op == CELLM_OP_ATTENTION) graph::check_attention_inputs(prefix, nodes, i, data(n, 3), data(n, 4), data(n, 5));
     }
 }
 

@@ -30,25 +30,17 @@ namespace {
 
 const std::string prefix = "vulkan: ";
 
-bool accepts(cellm_op op, cellm_dtype type) {
-    switch (op) {
-    case CELLM_OP_WEIGHT: case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL:
-        switch (type) {
-        case CELLM_TYPE_F32: case CELLM_TYPE_F16: case CELLM_TYPE_BF16: case CELLM_TYPE_Q4_0: case CELLM_TYPE_Q4_1:
-        case CELLM_TYPE_Q5_0: case CELLM_TYPE_Q5_1: case CELLM_TYPE_Q8_0: case CELLM_TYPE_Q4_K: case CELLM_TYPE_Q5_K:
-        case CELLM_TYPE_Q6_K: return true;
-        default: return false;
-        }
-    case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE:
-        return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8;
-    case CELLM_OP_INPUT: return type == CELLM_TYPE_I32;
-    case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
-    case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
-    case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_ROPE: case CELLM_OP_ATTENTION:
-        return type == CELLM_TYPE_F32;
+// The weight types the shaders dequantize (shaders/weights.glsl).
+bool weight_type(cellm_dtype type) {
+    switch (type) {
+    case CELLM_TYPE_F32: case CELLM_TYPE_F16: case CELLM_TYPE_BF16: case CELLM_TYPE_Q4_0: case CELLM_TYPE_Q4_1:
+    case CELLM_TYPE_Q5_0: case CELLM_TYPE_Q5_1: case CELLM_TYPE_Q8_0: case CELLM_TYPE_Q4_K: case CELLM_TYPE_Q5_K:
+    case CELLM_TYPE_Q6_K: return true;
     default: return false;
     }
 }
+
+bool accepts(cellm_op op, cellm_dtype type) { return graph::op_accepts(op, type, weight_type); }
 
 cellm_status* create(const cellm_option* options, size_t n_options, cellm_backend** out) {
     return guard([&]() -> cellm_status* {
@@ -94,7 +86,7 @@ cellm_status* get_info(const cellm_backend* backend, cellm_backend_info* out) {
     return nullptr;
 }
 
-int supports_type(const cellm_backend*, cellm_dtype type) { return accepts(CELLM_OP_MATMUL, type) ? 1 : 0; }
+int supports_type(const cellm_backend*, cellm_dtype type) { return weight_type(type) ? 1 : 0; }
 int supports_op(const cellm_backend*, cellm_op op, cellm_dtype type) { return accepts(op, type) ? 1 : 0; }
 
 cellm_status* buffer_alloc(cellm_backend* backend, uint64_t size, cellm_buffer_usage, cellm_buffer** out) {
