@@ -55,7 +55,7 @@ int rounding(cellm_dtype type) {
 }
 int64_t rounding_span(int r) { return r == 3 ? 256 : r == 1 || r == 2 ? 32 : 1; }
 
-// The last-use order matters to the check for memory overlap, not the names.
+// Bytes [begin, end) of device memory, for placing barriers.
 struct Range {
     VkDeviceAddress begin, end;
     bool overlaps(const Range& o) const { return begin < o.end && o.begin < end; }
@@ -119,8 +119,17 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         r.n_rot = n.iparams[0];
         r.base = n.fparams[0];
         r.scale = n.fparams[1];
-        if (n.src[2] >= 0) {
-            const Node& f = node(n.src[2]);
+        r.factors_node = n.src[2];
+        const auto same = [&](const RopeAngles& o) {
+            return o.positions == r.positions && o.n_rot == r.n_rot && o.base == r.base && o.scale == r.scale &&
+                   o.factors_node == r.factors_node;
+        };
+        if (auto it = std::find_if(ropes_.begin(), ropes_.end(), same); it != ropes_.end()) {
+            rope_of[i] = it - ropes_.begin();
+            continue;
+        }
+        if (r.factors_node >= 0) {  // a weight: read back once per table, at prepare time
+            const Node& f = node(r.factors_node);
             if (f.op != CELLM_OP_WEIGHT) fail(static_cast<int32_t>(i), CELLM_ERR_UNSUPPORTED, "frequency factors must be a weight");
             r.factors.resize(static_cast<size_t>(f.nelements()));
             Allocation host(device_, f.bytes, true);
@@ -129,13 +138,6 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                 device_.vk.vkCmdCopyBuffer(cmd, f.buffer->memory.buffer, host.buffer, 1, &region);
             });
             std::memcpy(r.factors.data(), host.mapped, f.bytes);
-        }
-        const auto same = [&](const RopeAngles& o) {
-            return o.positions == r.positions && o.n_rot == r.n_rot && o.base == r.base && o.scale == r.scale && o.factors == r.factors;
-        };
-        if (auto it = std::find_if(ropes_.begin(), ropes_.end(), same); it != ropes_.end()) {
-            rope_of[i] = it - ropes_.begin();
-            continue;
         }
         rope_of[i] = static_cast<ptrdiff_t>(ropes_.size());
         r.bytes = static_cast<uint64_t>(node(r.positions).nelements()) * static_cast<uint64_t>(r.n_rot) * 4;
@@ -161,7 +163,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         writes.push_back(std::move(w));
     };
 
-    // Readers of each node (through aliases too), for fusing an ADD into the product before it.
+    // Direct readers of each node, for fusing an ADD into the product before it.
     std::vector<int> uses(nodes.size(), 0);
     std::vector<bool> is_output(nodes.size(), false), fused_add(nodes.size(), false);
     for (const Node& n : nodes)

@@ -34,7 +34,8 @@ struct RopeAngles {
     int32_t positions = -1;  // INPUT node
     int32_t n_rot = 0;
     double base = 0, scale = 1;
-    std::vector<float> factors;  // per-frequency divisors, empty for none
+    int32_t factors_node = -1;   // WEIGHT node of per-frequency divisors, -1 for none
+    std::vector<float> factors;  // its values
     uint64_t staging_offset = 0, device_offset = 0, bytes = 0;
 };
 
