@@ -61,3 +61,39 @@ float round_bf16(float f) { return uintBitsToFloat(bf16_bits(f) << 16); }
 
 // Grids wider than 65535 workgroups wrap into y (the host's grid()), so a workgroup's number is this.
 uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
+
+// The reference backend's scalar arithmetic, where the shading language leaves it loose. Vulkan lets division,
+// sqrt and exp be a few ULP off and may or may not fuse fma(); the reference divides, takes roots and
+// exponentials correctly rounded (libm's expf is within 0.502 ULP) and fuses its fma. With EXACT (devices with
+// shaderFloat64, which the plugin picks), each is done in double and rounded once to float, which gives the
+// correctly rounded float for division and sqrt, and for fma and exp except within about 2^-29 of a rounding
+// boundary. Without it they are the device's float operations: close to the reference, not bit-equal.
+#if EXACT
+float fma_ref(float a, float b, float c) {
+    precise double r = double(a) * double(b) + double(c);  // the product is exact in double
+    return float(r);
+}
+float div_ref(float a, float b) { return float(double(a) / double(b)); }
+float sqrt_ref(float a) { return float(sqrt(double(a))); }
+// e^x as exp(r) * 2^k with |r| <= ln(2)/2 and a degree-13 Taylor polynomial, whose truncation error (under
+// 1e-17 relative) is far below a float ULP.
+float exp_ref(float x) {
+    if (isnan(x)) return x;
+    if (x > 89.0) return 1.0 / 0.0;
+    if (x < -104.0) return 0.0;
+    const double k = roundEven(double(x) * 1.4426950408889634LF);
+    // ln 2 split in two so that k * LN2_HI is exact for |k| < 2^11.
+    const double r = (double(x) - k * 0.6931471803691238LF) - k * 1.9082149292705877e-10LF;
+    double p = 1.0LF / 6227020800.0LF;
+    const double inverse_factorials[13] = double[](1.0LF / 479001600.0LF, 1.0LF / 39916800.0LF, 1.0LF / 3628800.0LF,
+        1.0LF / 362880.0LF, 1.0LF / 40320.0LF, 1.0LF / 5040.0LF, 1.0LF / 720.0LF, 1.0LF / 120.0LF, 1.0LF / 24.0LF,
+        1.0LF / 6.0LF, 0.5LF, 1.0LF, 1.0LF);
+    for (int i = 0; i < 13; ++i) p = p * r + inverse_factorials[i];
+    return float(ldexp(p, int(k)));
+}
+#else
+float fma_ref(float a, float b, float c) { return fma(a, b, c); }
+float div_ref(float a, float b) { return a / b; }
+float sqrt_ref(float a) { return sqrt(a); }
+float exp_ref(float x) { return exp(x); }
+#endif

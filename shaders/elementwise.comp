@@ -17,8 +17,17 @@ layout(push_constant, scalar) uniform Push {
 
 const uint ADD = 0u, MUL = 1u, SCALE = 2u, SILU = 3u, GELU = 4u, TANH = 5u, SWIGLU = 6u, GEGLU = 7u;
 
-float silu(float x) { return x / (1.0 + exp(-x)); }
-float gelu(float x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+// As the reference writes them; exp and the division as the reference rounds them (common.glsl). tanh is the
+// device's, so GELU is close to the reference, not bit-equal.
+float silu(float x) {
+    precise float denominator = 1.0 + exp_ref(-x);
+    return div_ref(x, denominator);
+}
+float gelu(float x) {
+    precise float inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    precise float y = 0.5 * x * (1.0 + tanh(inner));
+    return y;
+}
 
 void main() {
     const uint e = (group_index() * gl_WorkGroupSize.x + gl_LocalInvocationID.x);
@@ -46,7 +55,8 @@ void main() {
     } else if (pc.op == TANH) {
         y = tanh(x);
     } else {
-        y = (pc.op == SWIGLU ? silu(x) : gelu(x)) * pc.b.f[e];
+        precise float product = (pc.op == SWIGLU ? silu(x) : gelu(x)) * pc.b.f[e];
+        y = product;
     }
     pc.out_.f[e] = y;
 }

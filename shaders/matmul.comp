@@ -1,7 +1,8 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// out = W x (+ residual) for one weight type (WEIGHT_TYPE), x rounded as that type's dot product sees it
-// (round_activations.comp; affine types add min * the block's sum correction). Three shapes:
+// out = W x (+ residual) for the float and K-quant weight types (WEIGHT_TYPE), x rounded as that type's dot
+// product sees it (round_activations.comp). The reference sums these products in double, so any float order is
+// as close to it as another; the Q8-block types, whose order is fixed, are matmul_q8.comp's. Three shapes:
 //  - TILED 0, up to 8 columns: a row per 32 lanes, each lane a strided part of the row, then a tree sum;
 //  - TILED 0 with ROUNDING, one column (decode): the same, but each workgroup rounds x into shared memory
 //    itself, which saves the rounding dispatch and the barrier after it;
@@ -13,7 +14,6 @@
 layout(push_constant, scalar) uniform Push {
     Words w;         // [k, m] of WEIGHT_TYPE
     Floats x;        // F32 [k, n], rounded
-    Floats sums;     // F32 [k / 32, n]: affine types only
     Floats out_;     // F32 [m, n]
     Floats residual; // F32 [m, n] when has_residual
     uint k, m, n, has_residual;
@@ -26,17 +26,13 @@ const uint LANES = 32u, ROWS = 4u;
 #ifdef ROUNDING
 const uint MAX_COLUMNS = 1u, MAX_K = 4096u;
 shared float xs[MAX_K];
-shared float block_sums[MAX_K / 32u];
 float x_at(uint c, uint i) { return xs[i]; }
-float sum_at(uint c, uint b) { return block_sums[b]; }
 #define ROUND_IN(i) xs[i]
 #define ROUND_OUT(i, v) xs[i] = (v)
-#define ROUND_SUM(g, v) block_sums[g] = (v)
 #include "rounding.glsl"
 #else
 const uint MAX_COLUMNS = 8u;
 float x_at(uint c, uint i) { return pc.x.f[c * pc.k + i]; }
-float sum_at(uint c, uint b) { return pc.sums.f[c * (pc.k / 32u) + b]; }
 #endif
 layout(local_size_x = 32, local_size_y = 4) in;
 shared float partial[ROWS][MAX_COLUMNS][LANES];
@@ -60,12 +56,6 @@ void main() {
             const float wv = weight_at(pc.w, o, i);
             for (uint c = 0u; c < pc.n; ++c) acc[c] += wv * x_at(c, i);
         }
-#ifdef AFFINE
-        for (uint b = lane; b < pc.k / 32u; b += LANES) {
-            const float mn = weight_min(pc.w, o, b);
-            for (uint c = 0u; c < pc.n; ++c) acc[c] += mn * sum_at(c, b);
-        }
-#endif
     }
     for (uint c = 0u; c < MAX_COLUMNS; ++c) partial[y][c][lane] = acc[c];
     barrier();
@@ -82,10 +72,6 @@ const uint TILE_M = 64u, TILE_N = 32u, STEP = 32u, THREADS = 128u;
 layout(local_size_x = 8, local_size_y = 16) in;
 shared float ws[STEP][TILE_M + 1u];
 shared float xs[STEP][TILE_N + 1u];
-#ifdef AFFINE
-shared float mins[TILE_M];
-shared float corrections[TILE_N];
-#endif
 
 void main() {
     const uint tx = gl_LocalInvocationID.x, ty = gl_LocalInvocationID.y, t = ty * 8u + tx;
@@ -103,14 +89,6 @@ void main() {
             const uint c = e / STEP, kk = e % STEP;
             xs[kk][c] = col0 + c < pc.n && k0 + kk < pc.k ? pc.x.f[(col0 + c) * pc.k + k0 + kk] : 0.0;
         }
-#ifdef AFFINE
-        if (t < TILE_M) {
-            mins[t] = row0 + t < pc.m ? weight_min(pc.w, (row0 + t) * rb, k0 / 32u) : 0.0;
-        } else if (t < TILE_M + TILE_N) {
-            const uint c = t - TILE_M;
-            corrections[c] = col0 + c < pc.n ? pc.sums.f[(col0 + c) * (pc.k / 32u) + k0 / 32u] : 0.0;
-        }
-#endif
         barrier();
         for (uint kk = 0u; kk < STEP; ++kk) {
             float a[4], b[4];
@@ -119,10 +97,6 @@ void main() {
             for (uint i = 0u; i < 4u; ++i)
                 for (uint j = 0u; j < 4u; ++j) acc[i][j] += a[i] * b[j];
         }
-#ifdef AFFINE
-        for (uint i = 0u; i < 4u; ++i)
-            for (uint j = 0u; j < 4u; ++j) acc[i][j] += mins[ty + 16u * i] * corrections[tx + 8u * j];
-#endif
         barrier();
     }
     for (uint i = 0u; i < 4u; ++i)

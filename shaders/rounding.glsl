@@ -1,8 +1,9 @@
 // round_span(base, g): span g of the activations, starting at element `base` (a Q8 block of 32, a Q8_K block of
-// 256, or one value), rounded as a MATMUL's weight type sees it (blocks.h, round_activations), in the reference's
-// order. ROUNDING: 1 Q8_0 (for Q4_0, Q5_0, Q8_0), 2 Q8_1 (Q4_1, Q5_1: also the block's fp16 sum correction),
-// 3 Q8_K (K-quants), 4 fp16, 5 bf16. The includer defines where values come from and go: ROUND_IN(i),
-// ROUND_OUT(i, v) and ROUND_SUM(g, v).
+// 256, or one value), as a MATMUL's weight type sees it (blocks.h), in the reference's order. ROUNDING 1 and 2
+// quantize to Q8_0 (for Q4_0, Q5_0, Q8_0) and Q8_1 (Q4_1, Q5_1) blocks for matmul_q8.comp: ROUND_CODES(w, v)
+// takes word w of the signed byte codes (four per word), ROUND_SCALE(g, d) the block's fp16 scale and
+// ROUND_SUM(g, s) its fp16 scale * sum of codes. The others round values in place of the dot product's own
+// conversion, through ROUND_OUT(i, v): 3 Q8_K (K-quants), 4 fp16, 5 bf16. ROUND_IN(i) reads element i.
 #if ROUNDING == 1 || ROUNDING == 2
 const uint SPAN = 32u;
 #elif ROUNDING == 3
@@ -15,19 +16,22 @@ void round_span(uint base, uint g) {
 #if ROUNDING == 1 || ROUNDING == 2
     float amax = 0.0;
     for (uint j = 0u; j < 32u; ++j) amax = max(amax, abs(ROUND_IN(base + j)));
-    const float d = amax / 127.0;
-    const float id = amax != 0.0 ? 127.0 / amax : 0.0;
-    const float d16 = round_f16(d);
+    const float d = div_ref(amax, 127.0);
+    const float id = amax != 0.0 ? div_ref(127.0, amax) : 0.0;
     int sum = 0;
-    for (uint j = 0u; j < 32u; ++j) {
-        const float q = roundEven(ROUND_IN(base + j) * id);
-        sum += int(q);
-        ROUND_OUT(base + j, q * d16);
+    for (uint w = 0u; w < 8u; ++w) {
+        uint word = 0u;
+        for (uint j = 0u; j < 4u; ++j) {
+            precise float scaled = ROUND_IN(base + 4u * w + j) * id;
+            const int q = int(roundEven(scaled));
+            sum += q;
+            word |= (uint(q) & 0xFFu) << (8u * j);
+        }
+        ROUND_CODES(base / 4u + w, word);
     }
-#if ROUNDING == 2
-    precise float correction = round_f16(d * float(sum)) - d16 * float(sum);
-    ROUND_SUM(g, correction);
-#endif
+    ROUND_SCALE(g, round_f16(d));
+    precise float block_sum = d * float(sum);
+    ROUND_SUM(g, round_f16(block_sum));
 #elif ROUNDING == 3
     float amax = 0.0, largest = 0.0;
     for (uint j = 0u; j < 256u; ++j) {
@@ -41,9 +45,13 @@ void round_span(uint base, uint g) {
         for (uint j = 0u; j < 256u; ++j) ROUND_OUT(base + j, 0.0);
         return;
     }
-    const float iscale = -127.0 / largest;
-    const float d = 1.0 / iscale;
-    for (uint j = 0u; j < 256u; ++j) ROUND_OUT(base + j, min(127.0, roundEven(iscale * ROUND_IN(base + j))) * d);
+    const float iscale = div_ref(-127.0, largest);
+    const float d = div_ref(1.0, iscale);
+    for (uint j = 0u; j < 256u; ++j) {
+        precise float scaled = iscale * ROUND_IN(base + j);
+        precise float v = min(127.0, roundEven(scaled)) * d;
+        ROUND_OUT(base + j, v);
+    }
 #elif ROUNDING == 4
     ROUND_OUT(base, round_f16(ROUND_IN(base)));
 #elif ROUNDING == 5

@@ -1,8 +1,12 @@
 // weight_at(p, o, i): element i of the row that starts at byte o of a WEIGHT_TYPE tensor, with the float operations
-// in the order of blocks.cpp (and ggml), so values are bit-equal to the reference's. weight_min(p, o, b): the
-// additive term of 32-element block b of an affine row (Q4_1, Q5_1), whose dot product adds min * block sum.
+// in the order of blocks.cpp (and ggml), so values are bit-equal to the reference's. For the types whose
+// products meet Q8 activation blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), lane_codes gives the integer codes of one
+// lane of a block (see matmul_q8.comp) and block_scale / block_min its fp16 scale and min.
 #if WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_1
 #define AFFINE 1
+#endif
+#if WEIGHT_TYPE == T_Q4_0 || WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1 || WEIGHT_TYPE == T_Q8_0
+#define Q8_DOT 1
 #endif
 
 #if WEIGHT_TYPE == T_F32
@@ -99,8 +103,37 @@ float weight_at(Words p, uint o, uint i) {
 #endif
 }
 
-#ifdef AFFINE
-float weight_min(Words p, uint o, uint block) { return half_at(p, o + block * BLOCK_BYTES + 2u); }
+#ifdef Q8_DOT
+float block_scale(Words p, uint b) { return half_at(p, b); }
+float block_min(Words p, uint b) { return half_at(p, b + 2u); }
+
+// Codes of elements 4 l .. 4 l + 3 of the block at byte b, as signed bytes of one word (element 4 l lowest). The
+// 4- and 5-bit layouts keep element j < 16 in the low nibble of byte j and j + 16 in the high one, so lane l
+// reads one word of nibbles; the fifth bits are bits 4 l .. 4 l + 3 of qh.
+uint lane_codes(Words p, uint b, uint l) {
+#if WEIGHT_TYPE == T_Q8_0
+    return word_at(p, b + 2u + 4u * l);
+#else
+#if WEIGHT_TYPE == T_Q4_0 || WEIGHT_TYPE == T_Q5_0
+    const uint codes = b + (WEIGHT_TYPE == T_Q4_0 ? 2u : 6u);
+    const int offset = WEIGHT_TYPE == T_Q4_0 ? 8 : 16;
+#else
+    const uint codes = b + (WEIGHT_TYPE == T_Q4_1 ? 4u : 8u);
+    const int offset = 0;
+#endif
+    const uint nibbles = (word_at(p, codes + 4u * (l % 4u)) >> (l < 4u ? 0u : 4u)) & 0x0F0F0F0Fu;
+#if WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1
+    const uint high = word_at(p, b + (WEIGHT_TYPE == T_Q5_0 ? 2u : 4u)) >> (4u * l);
+    const uint fifth = (high & 1u) | ((high & 2u) << 7) | ((high & 4u) << 14) | ((high & 8u) << 21);
+    const uint u = nibbles | (fifth << 4);
+#else
+    const uint u = nibbles;
+#endif
+    uint word = 0u;
+    for (uint i = 0u; i < 4u; ++i) word |= (uint(int((u >> (8u * i)) & 0xFFu) - offset) & 0xFFu) << (8u * i);
+    return word;
+#endif
+}
 #endif
 
 // Bytes of one row of k elements.

@@ -91,6 +91,7 @@ DeviceSummary summarize(const Vk& vk, VkPhysicalDevice physical) {
         if ((memory.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0) s.memory += memory.memoryHeaps[i].size;
     s.max_shared = props.limits.maxComputeSharedMemorySize;
     s.max_push = props.limits.maxPushConstantsSize;
+    s.float64 = features.features.shaderFloat64 == VK_TRUE;
     if (props.apiVersion < VK_API_VERSION_1_2) s.unusable = "needs Vulkan 1.2";
     else if (!v12.bufferDeviceAddress) s.unusable = "no bufferDeviceAddress";
     else if (!v12.scalarBlockLayout) s.unusable = "no scalarBlockLayout";
@@ -161,9 +162,14 @@ Device::Device(const std::string& selector) {
     v12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
     v12.bufferDeviceAddress = VK_TRUE;
     v12.scalarBlockLayout = VK_TRUE;
+    exact = summaries[chosen].float64;
+    VkPhysicalDeviceFeatures2 features{};
+    features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    features.pNext = &v12;
+    features.features.shaderFloat64 = exact ? VK_TRUE : VK_FALSE;
     VkDeviceCreateInfo device_info{};
     device_info.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO;
-    device_info.pNext = &v12;
+    device_info.pNext = &features;
     device_info.queueCreateInfoCount = 1;
     device_info.pQueueCreateInfos = &queue_info;
     check(vk.vkCreateDevice(physical_, &device_info, nullptr, &device), "vkCreateDevice");
@@ -231,7 +237,7 @@ uint32_t Device::memory_type(uint32_t allowed, bool host_visible) const {
 
 VkPipeline Device::pipeline(const std::string& shader) {
     if (auto it = pipelines_.find(shader); it != pipelines_.end()) return it->second;
-    const ShaderCode* code = find_shader(shader);
+    const ShaderCode* code = find_shader(exact ? shader : shader + ".f32");
     if (code == nullptr) throw Failure(CELLM_ERR_INTERNAL, "vulkan: no shader " + shader);
     VkShaderModuleCreateInfo module_info{};
     module_info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;

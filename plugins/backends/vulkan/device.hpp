@@ -18,6 +18,7 @@ struct DeviceSummary {
     uint64_t memory = 0;            // bytes of device-local memory
     uint32_t api = 0;
     uint32_t max_shared = 0, max_push = 0;
+    bool float64 = false;           // shaderFloat64: the shaders can follow the reference's arithmetic exactly
     std::string unusable;           // why cellm cannot use it, empty when it can
 };
 
@@ -63,6 +64,7 @@ public:
     VkPipelineLayout layout = VK_NULL_HANDLE;  // push constants only
     std::string name;
     uint64_t memory = 0;
+    bool exact = false;          // shaders run with EXACT (common.glsl): the device has shaderFloat64
     float timestamp_period = 0;  // nanoseconds per timestamp tick; 0 when the queue has no timestamps
 
     uint32_t memory_type(uint32_t allowed, bool host_visible) const;

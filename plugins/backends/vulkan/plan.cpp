@@ -196,23 +196,22 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             const int r = rounding(w.type);
             if (k % rounding_span(r) != 0) fail(i, CELLM_ERR_UNSUPPORTED, "row length not a multiple of the rounding block");
             // A single column rounds itself inside the product (decode); more go through the rounding dispatch,
-            // whose result the products of the same input share.
+            // whose result the products of the same input share. Q8 roundings leave codes, then scales and sums.
+            const bool q8 = r == 1 || r == 2;
             const bool fused_rounding = r != 0 && cols == 1 && k <= 4096;
-            VkDeviceAddress xs = address(src(1)), sums = xs;
-            const Range xr{scratch_at, scratch_at + static_cast<uint64_t>(k * cols + k / 32 * cols) * 4};
-            if (r != 0 && !fused_rounding) {
-                xs = scratch_at;
-                sums = scratch_at + static_cast<uint64_t>(k * cols) * 4;
-                if (rounded != std::pair{src(1), r}) {
-                    Dispatch rd;
-                    rd.kind = "ROUND";
-                    rd.shader = "round_" + std::to_string(r);
-                    Push rp{rd};
-                    rp << address(src(1)) << xs << sums << u32(k) << u32(cols);
-                    rd.groups = grid(static_cast<uint64_t>(k / rounding_span(r) * cols), 64);
-                    emit(rd, {range(src(1))}, {xr});
-                    rounded = {src(1), r};
-                }
+            const uint64_t blocks = static_cast<uint64_t>(k / 32 * cols);
+            const VkDeviceAddress codes = scratch_at, scales = codes + static_cast<uint64_t>(k * cols),
+                                  sums = scales + 4 * blocks;
+            const Range xr{scratch_at, q8 ? sums + 4 * blocks : scratch_at + static_cast<uint64_t>(k * cols) * 4};
+            if (r != 0 && !fused_rounding && rounded != std::pair{src(1), r}) {
+                Dispatch rd;
+                rd.kind = "ROUND";
+                rd.shader = "round_" + std::to_string(r);
+                Push rp{rd};
+                rp << address(src(1)) << codes << scales << sums << u32(k) << u32(cols);
+                rd.groups = grid(static_cast<uint64_t>(k / rounding_span(r) * cols), 64);
+                emit(rd, {range(src(1))}, {xr});
+                rounded = {src(1), r};
             }
             // An ADD right after the product, its only reader, is done by the product: out = W x + other.
             int32_t target = i, residual = -1;
@@ -229,11 +228,19 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                 }
             }
             const bool tiled = cols > 8;
-            d.shader = std::string(tiled ? "matmul_tiled_" : fused_rounding ? "matmul_vec1_" : "matmul_vec_") + std::to_string(w.type);
-            p << address(src(0)) << xs << sums << address(target) << (residual >= 0 ? address(residual) : address(target))
-              << u32(k) << u32(m) << u32(cols) << uint32_t{residual >= 0 ? 1u : 0u};
-            d.groups = tiled ? std::array<uint32_t, 3>{u32((m + 63) / 64), u32((cols + 31) / 32), 1} : grid(static_cast<uint64_t>(m), 4);
-            std::vector<Range> reads_of{range(src(0)), r != 0 && !fused_rounding ? xr : range(src(1))};
+            const bool rounded_x = r != 0 && !fused_rounding;
+            const VkDeviceAddress out = address(target), add = residual >= 0 ? address(residual) : out;
+            d.shader = std::string(q8 ? "matmul_q8_" : "matmul_") + (tiled ? "tiled_" : fused_rounding ? "vec1_" : "vec_") +
+                       std::to_string(w.type);
+            if (q8) {
+                p << address(src(0)) << address(src(1)) << codes << scales << sums << out << add;
+                d.groups = tiled ? std::array<uint32_t, 3>{u32((m + 31) / 32), u32((cols + 31) / 32), 1} : grid(static_cast<uint64_t>(m), 16);
+            } else {
+                p << address(src(0)) << (rounded_x ? codes : address(src(1))) << out << add;
+                d.groups = tiled ? std::array<uint32_t, 3>{u32((m + 63) / 64), u32((cols + 31) / 32), 1} : grid(static_cast<uint64_t>(m), 4);
+            }
+            p << u32(k) << u32(m) << u32(cols) << uint32_t{residual >= 0 ? 1u : 0u};
+            std::vector<Range> reads_of{range(src(0)), rounded_x ? xr : range(src(1))};
             if (residual >= 0) reads_of.push_back(range(residual));
             emit(d, reads_of, {range(target)});
             break;

@@ -218,7 +218,8 @@ void describe(void (*emit)(void* user, const char* line), void* user) {
         s << "device " << i << ": " << d.name << " (" << d.type << ", Vulkan " << VK_API_VERSION_MAJOR(d.api) << "."
           << VK_API_VERSION_MINOR(d.api) << "." << VK_API_VERSION_PATCH(d.api) << ", " << (d.memory >> 20)
           << " MiB device memory, " << d.max_shared / 1024 << " KiB shared memory, " << d.max_push
-          << " B push constants)" << (d.unusable.empty() ? "" : " unusable: " + d.unusable);
+          << " B push constants, " << (d.float64 ? "float64: the reference's arithmetic" : "no float64: approximate division and exp")
+          << ")" << (d.unusable.empty() ? "" : " unusable: " + d.unusable);
         emit(user, s.str().c_str());
     }
 }
