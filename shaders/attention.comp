@@ -67,7 +67,7 @@ float score(uint slot, uint kv_offset) {
     } else {
         LANES_OF(K_ANY)
     }
-    precise float s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+    precise float s = sum_of_lanes(l);
     for (uint d = whole; d < pc.head_dim; ++d) {
         precise float term = qs[d] * K_ANY(kv_offset + d);
         s = s + term;

@@ -62,6 +62,15 @@ float round_bf16(float f) { return uintBitsToFloat(bf16_bits(f) << 16); }
 // Grids wider than 65535 workgroups wrap into y (the host's grid()), so a workgroup's number is this.
 uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }
 
+// The eight lanes of a dot product added as the reference adds them (ggml's x86 horizontal sum, blocks.cpp and
+// cpu::dot_in_lanes): ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+float sum_of_lanes(float l[8]) {
+    precise float even = (l[0] + l[4]) + (l[2] + l[6]);
+    precise float odd = (l[1] + l[5]) + (l[3] + l[7]);
+    precise float sum = even + odd;
+    return sum;
+}
+
 // The reference backend's scalar arithmetic, where the shading language leaves it loose. Vulkan lets division,
 // sqrt and exp be a few ULP off and may or may not fuse fma(); the reference divides, takes roots and
 // exponentials correctly rounded (libm's expf is within 0.502 ULP) and fuses its fma. With EXACT (devices with

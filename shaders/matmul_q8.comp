@@ -36,9 +36,7 @@ int dot4(uint a, uint b) {
 
 // The reference's final sum of the eight lanes, then the affine part.
 float combine(float l[LANES], float mins) {
-    precise float even = (l[0] + l[4]) + (l[2] + l[6]);
-    precise float odd = (l[1] + l[5]) + (l[3] + l[7]);
-    precise float v = (even + odd) + mins;
+    precise float v = sum_of_lanes(l) + mins;
     return v;
 }
 
