@@ -3,7 +3,7 @@
 // manifest fails with one line "FILE:LINE:COL: KEY: message" before any model is touched.
 #pragma once
 
-#include "sampler.h"
+#include "schedule/sampler.h"
 
 #include <cstdint>
 #include <filesystem>

@@ -2,11 +2,11 @@
 // registry, the model, the backend and the engine.
 #pragma once
 
-#include "backend.h"
-#include "engine.h"
+#include "plugin/backend.h"
+#include "engine/engine.h"
 #include "manifest.h"
-#include "model.h"
-#include "plugin_registry.h"
+#include "model/model.h"
+#include "plugin/plugin_registry.h"
 
 #include <memory>
 

@@ -2,7 +2,7 @@
 // plan reuse, threads, and bad input that must come back as an error status. Backends are found by their
 // descriptors, so a new one is tested here without changes.
 #include "blocks.h"
-#include "host_api.h"
+#include "plugin/host_api.h"
 
 #include <cellm/backend.h>
 #include <dlfcn.h>

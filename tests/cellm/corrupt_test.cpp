@@ -2,7 +2,7 @@
 // `cellm-host inspect` (exit code 1, one error line); truncation at every length fails cleanly.
 #include "test_support.h"
 
-#include "cellm_writer.h"
+#include "model/cellm_writer.h"
 #include "error.h"
 #include "gguf_writer.h"
 

@@ -5,7 +5,7 @@
 #include "test_support.h"
 
 #include "blocks.h"
-#include "cellm_writer.h"
+#include "model/cellm_writer.h"
 
 #include <gtest/gtest.h>
 

@@ -3,8 +3,8 @@
 // Skipped when scripts/fetch_models.sh has not fetched the models.
 #include "test_support.h"
 
-#include "cellm_writer.h"
-#include "tokenizer.h"
+#include "model/cellm_writer.h"
+#include "tokenize/tokenizer.h"
 
 #include <gtest/gtest.h>
 

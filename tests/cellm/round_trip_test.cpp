@@ -2,10 +2,10 @@
 // logits and identical token ids, and a .cellm file converts to a byte-identical copy.
 #include "test_support.h"
 
-#include "cellm_writer.h"
+#include "model/cellm_writer.h"
 #include "gguf_writer.h"
 #include "hf_folder_writer.h"
-#include "tokenizer.h"
+#include "tokenize/tokenizer.h"
 
 #include <gtest/gtest.h>
 

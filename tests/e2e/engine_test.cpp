@@ -3,7 +3,7 @@
 #include "test_support.h"
 
 #include "error.h"
-#include "generator.h"
+#include "schedule/generator.h"
 #include "reference_forward.h"
 
 #include <gtest/gtest.h>

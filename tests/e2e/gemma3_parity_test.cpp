@@ -10,7 +10,7 @@
 //    measured on all six), and openblas covers every prompt.
 #include "test_support.h"
 
-#include "generator.h"
+#include "schedule/generator.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -3,8 +3,8 @@
 // Every built backend must pass the same bars.
 #include "test_support.h"
 
-#include "generator.h"
-#include "prompt.h"
+#include "schedule/generator.h"
+#include "tokenize/prompt.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -2,7 +2,7 @@
 // alone (with mixed prompt lengths, staggered starts and ends, prefix reuse and preemption); the block
 // bookkeeping never leaks; limits, priorities and cancellation behave as documented.
 #include "error.h"
-#include "scheduler.h"
+#include "schedule/scheduler.h"
 #include "serving_support.h"
 #include "test_support.h"
 

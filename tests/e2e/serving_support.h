@@ -1,7 +1,7 @@
 // Serving several requests on the scheduler, and the same request alone, for tests that compare the two.
 #pragma once
 
-#include "scheduler.h"
+#include "schedule/scheduler.h"
 
 #include <vector>
 

@@ -1,9 +1,9 @@
 // Shared by the end-to-end tests: where things are, a synthetic model on disk, and running cellm-host.
 #pragma once
 
-#include "engine.h"
-#include "model.h"
-#include "plugin_registry.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "plugin/plugin_registry.h"
 
 #include <cellm/tensor.h>
 

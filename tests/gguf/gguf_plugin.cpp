@@ -1,6 +1,6 @@
 #include "gguf_plugin.h"
 
-#include "host_api.h"
+#include "plugin/host_api.h"
 
 #include <gtest/gtest.h>
 

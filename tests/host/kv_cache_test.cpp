@@ -1,6 +1,6 @@
 // The block pool hands out each block once, counts references, and never leaks under random use.
 #include "error.h"
-#include "block_pool.h"
+#include "kv/block_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The host does not trust a format plugin's model view: bad tensors are refused before anything indexes them.
 #include "error.h"
-#include "model_file.h"
+#include "model/model_file.h"
 
 #include <gtest/gtest.h>
 

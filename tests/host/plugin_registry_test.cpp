@@ -1,5 +1,5 @@
 // Discovery accepts well-formed plugins and skips each kind of bad file with a reason, never failing.
-#include "plugin_registry.h"
+#include "plugin/plugin_registry.h"
 
 #include <gtest/gtest.h>
 

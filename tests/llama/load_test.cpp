@@ -2,7 +2,7 @@
 // error for each kind of bad input.
 #include "plugin_library.hpp"
 #include "fake_model.hpp"
-#include "host_api.h"
+#include "plugin/host_api.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "plugin_library.hpp"
 
-#include "host_api.h"
+#include "plugin/host_api.h"
 
 #include <dlfcn.h>
 

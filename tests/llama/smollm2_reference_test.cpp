@@ -1,7 +1,7 @@
 // The llama plugin and the reference forward on the real SmolLM2-135M-Instruct file, the latter against
 // logits from an independent numpy forward (make_smollm2_logits.py: gguf-py dequantization, Hugging Face rope
 // layout). Skipped when the model has not been fetched (scripts/fetch_models.sh) or the gguf plugin is not built.
-#include "host_api.h"
+#include "plugin/host_api.h"
 #include "plugin_library.hpp"
 #include "reference_forward.h"
 

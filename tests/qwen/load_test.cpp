@@ -5,7 +5,7 @@
 #include "test_support.h"
 
 #include "error.h"
-#include "host_api.h"
+#include "plugin/host_api.h"
 
 #include <gtest/gtest.h>
 

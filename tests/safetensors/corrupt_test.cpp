@@ -3,7 +3,7 @@
 #include "hf_folder_writer.h"
 #include "test_support.h"
 
-#include "host_api.h"
+#include "plugin/host_api.h"
 
 #include <cellm/format.h>
 #include <gtest/gtest.h>

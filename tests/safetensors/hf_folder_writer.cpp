@@ -1,6 +1,6 @@
 #include "hf_folder_writer.h"
 
-#include "model_file.h"
+#include "model/model_file.h"
 #include "test_support.h"
 
 #include <cstring>

@@ -4,7 +4,7 @@
 #include "hf_folder_writer.h"
 #include "test_support.h"
 
-#include "model_file.h"
+#include "model/model_file.h"
 #include "synthetic_model.h"
 
 #include <gtest/gtest.h>

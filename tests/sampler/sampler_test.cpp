@@ -1,5 +1,5 @@
 #include "error.h"
-#include "sampler.h"
+#include "schedule/sampler.h"
 
 #include <gtest/gtest.h>
 
@@ -87,6 +87,31 @@ TEST(Sampler, RepeatPenaltyLooksOnlyAtTheLastNTokens) {
     const std::vector<float> logits{3.0f, 2.0f, 1.0f};
     EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{1, 2}), 0);  // token 0 is outside the window
     EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{2, 0}), 1);
+}
+
+TEST(Sampler, FrequencyPenaltySubtractsOncePerOccurrence) {
+    SamplingParams params = plain(0.0f);
+    params.frequency_penalty = 1.0f;
+    params.repeat_last_n = 64;
+    Sampler sampler(params);
+    // Token 0 seen twice: 3.0 - 2 = 1.0 < 1.5; seen once: 3.0 - 1 = 2.0 > 1.5.
+    const std::vector<float> logits{3.0f, 1.5f};
+    EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{0, 0}), 1);
+    EXPECT_EQ(sampler.sample(logits, std::vector<int32_t>{0}), 0);
+}
+
+TEST(Sampler, PresencePenaltySubtractsOnceWhateverTheCount) {
+    SamplingParams params = plain(0.0f);
+    params.presence_penalty = 1.0f;
+    params.repeat_last_n = 64;
+    Sampler sampler(params);
+    // Three times or once, token 0 loses 1.0: 3.0 - 1 = 2.0 > 1.5, and 2.0 - 1 = 1.0 < 1.5.
+    EXPECT_EQ(sampler.sample(std::vector<float>{3.0f, 1.5f}, std::vector<int32_t>{0, 0, 0}), 0);
+    EXPECT_EQ(sampler.sample(std::vector<float>{2.0f, 1.5f}, std::vector<int32_t>{0}), 1);
+    // Negative penalties make seen tokens more likely, as in OpenAI's API.
+    params.presence_penalty = -1.0f;
+    Sampler encouraging(params);
+    EXPECT_EQ(encouraging.sample(std::vector<float>{1.0f, 1.5f}, std::vector<int32_t>{0}), 0);
 }
 
 TEST(Sampler, TopKKeepsOnlyTheKBestTokens) {

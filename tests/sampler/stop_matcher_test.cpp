@@ -1,4 +1,4 @@
-#include "sampler.h"
+#include "schedule/sampler.h"
 
 #include <gtest/gtest.h>
 

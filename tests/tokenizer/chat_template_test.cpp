@@ -1,7 +1,7 @@
 // Chat rendering against jinja2's rendering of the official templates.
 #include "reference_data.h"
 
-#include "chat_template.h"
+#include "tokenize/chat_template.h"
 #include "error.h"
 
 #include <gtest/gtest.h>

@@ -2,7 +2,7 @@
 #include "reference_data.h"
 
 #include "error.h"
-#include "pretokenizer.h"
+#include "tokenize/pretokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 // The real SmolLM2 vocabulary, opened through the GGUF plugin, against llama.cpp's token ids.
 #include "reference_data.h"
 
-#include "chat_template.h"
-#include "model_file.h"
-#include "plugin_registry.h"
-#include "tokenizer.h"
+#include "tokenize/chat_template.h"
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
+#include "tokenize/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -3,12 +3,12 @@
 #include "fake_vocab.h"
 #include "reference_data.h"
 
-#include "chat_template.h"
+#include "tokenize/chat_template.h"
 #include "error.h"
-#include "model_file.h"
-#include "plugin_registry.h"
-#include "prompt.h"
-#include "tokenizer.h"
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
+#include "tokenize/prompt.h"
+#include "tokenize/tokenizer.h"
 
 #include <gtest/gtest.h>
 

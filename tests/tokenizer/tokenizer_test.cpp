@@ -2,7 +2,7 @@
 #include "fake_vocab.h"
 
 #include "error.h"
-#include "tokenizer.h"
+#include "tokenize/tokenizer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,307 @@
+#include "engine/engine.h"
+
+#include "error.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace cellm {
+
+namespace {
+constexpr size_t max_cached_graphs = 16;
+constexpr int64_t max_slots = int64_t{1} << 28;
+}
+
+Engine::Engine(const Model& model, Backend& backend, const EngineOptions& options)
+    : model_(&model), backend_(&backend), options_(options) {
+    if (options.context_length < 1 || options.context_length > (1 << 24)) {
+        throw Error("context length must be between 1 and 16777216 tokens");
+    }
+    if (options.block_size < 1 || !std::has_single_bit(static_cast<uint32_t>(options.block_size))) {
+        throw Error("KV block size must be a power of two");
+    }
+    if (options.max_sequences < 1) throw Error("the engine needs room for at least one sequence");
+    int64_t n_blocks = 0;
+    if (options.kv_memory > 0) {
+        const uint64_t block_bytes = KvCache::bytes_per_token(model.info(), options.kv_type) *
+                                     static_cast<uint64_t>(options.block_size);
+        n_blocks = static_cast<int64_t>(options.kv_memory / block_bytes);
+        if (n_blocks < 1) {
+            throw Error("the KV memory budget of " + std::to_string(options.kv_memory) + " bytes holds no block of " +
+                        std::to_string(block_bytes) + " bytes");
+        }
+    } else {
+        const int64_t blocks_per_sequence = (options.context_length + options.block_size - 1) / options.block_size;
+        n_blocks = blocks_per_sequence * options.max_sequences;
+    }
+    if (n_blocks * options.block_size > max_slots) throw Error("the KV cache would hold more than 2^28 token slots");
+    weights_ = std::make_unique<WeightStore>(backend, model.file().view());
+    kv_ = std::make_unique<KvCache>(backend, model.info(), static_cast<int32_t>(n_blocks), options.block_size,
+                                    options.kv_type);
+    // Build the decode graph now, so a backend that cannot run this model says so before any prompt.
+    graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size});
+}
+
+Engine::~Engine() = default;
+
+Engine::Sequence& Engine::live_sequence(int32_t sequence) {
+    if (sequence < 0 || static_cast<size_t>(sequence) >= sequences_.size() || !sequences_[static_cast<size_t>(sequence)].live) {
+        throw Error("sequence " + std::to_string(sequence) + " does not exist");
+    }
+    return sequences_[static_cast<size_t>(sequence)];
+}
+
+const Engine::Sequence& Engine::live_sequence(int32_t sequence) const {
+    return const_cast<Engine*>(this)->live_sequence(sequence);
+}
+
+int32_t Engine::create_sequence() {
+    for (size_t i = 0; i < sequences_.size(); ++i) {
+        if (!sequences_[i].live) {
+            sequences_[i] = Sequence{};
+            sequences_[i].live = true;
+            return static_cast<int32_t>(i);
+        }
+    }
+    sequences_.emplace_back().live = true;
+    return static_cast<int32_t>(sequences_.size() - 1);
+}
+
+void Engine::release_sequence(int32_t sequence) {
+    Sequence& s = live_sequence(sequence);
+    shrink(s, 0);
+    s = Sequence{};
+}
+
+int32_t Engine::fork_sequence(int32_t sequence) {
+    const int32_t child = create_sequence();
+    Sequence& c = sequences_[static_cast<size_t>(child)];
+    c = live_sequence(sequence);
+    for (int32_t b : c.pages.blocks) kv_->pool().retain(b);
+    return child;
+}
+
+int32_t Engine::sequence_length(int32_t sequence) const { return live_sequence(sequence).length; }
+
+std::span<const int32_t> Engine::sequence_tokens(int32_t sequence) const { return live_sequence(sequence).tokens; }
+
+std::span<const int32_t> Engine::sequence_blocks(int32_t sequence) const { return live_sequence(sequence).pages.blocks; }
+
+void Engine::truncate(int32_t sequence, int32_t n) {
+    Sequence& s = live_sequence(sequence);
+    s.length = std::clamp(n, 0, s.length);
+    shrink(s, s.length);
+}
+
+int32_t Engine::reuse_prefix(int32_t sequence, std::span<const int32_t> prompt) {
+    Sequence& s = live_sequence(sequence);
+    if (s.length != 0) throw Error("only an empty sequence can start from the prefix cache");
+    if (!options_.prefix_cache || prompt.empty()) return 0;
+    const auto bs = static_cast<size_t>(options_.block_size);
+    BlockPool& pool = kv_->pool();
+    // The last prompt token is always computed, so its logits exist.
+    for (size_t start = 0; start + bs <= prompt.size() - 1; start += bs) {
+        const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), prompt.data() + start,
+                                          options_.block_size);
+        const int32_t block = pool.acquire_cached(hash);
+        if (block < 0) break;
+        s.pages.blocks.push_back(block);
+        s.hashes.push_back(hash);
+        s.tokens.insert(s.tokens.end(), prompt.begin() + static_cast<ptrdiff_t>(start),
+                        prompt.begin() + static_cast<ptrdiff_t>(start + bs));
+    }
+    s.length = static_cast<int32_t>(s.tokens.size());
+    prefix_hit_tokens_ += s.length;
+    prefix_hit_blocks_ += static_cast<int64_t>(s.pages.blocks.size());
+    return s.length;
+}
+
+int32_t Engine::blocks_needed(int32_t sequence, int32_t n_tokens) const {
+    const Sequence& s = live_sequence(sequence);
+    const int32_t bs = options_.block_size;
+    const int32_t have = static_cast<int32_t>(s.pages.blocks.size());
+    const int32_t need = (s.length + n_tokens + bs - 1) / bs;
+    const bool copy = s.length % bs != 0 && kv_->pool().references(s.pages.blocks.back()) > 1;
+    return std::max(0, need - have) + (copy ? 1 : 0);
+}
+
+bool Engine::reserve(Sequence& s, int32_t n_positions) {
+    BlockPool& pool = kv_->pool();
+    const int32_t bs = options_.block_size;
+    if (s.length % bs != 0) {
+        // The next token lands in the last block, which must become this sequence's own before it changes.
+        int32_t& last = s.pages.blocks.back();
+        if (pool.references(last) > 1) {
+            const int32_t copy = pool.allocate();
+            if (copy < 0) return false;
+            kv_->copy_block(last, copy);
+            pool.release(last);
+            last = copy;
+            ++copied_blocks_;
+        } else {
+            pool.unpublish(last);
+        }
+    }
+    const size_t needed = static_cast<size_t>((n_positions + bs - 1) / bs);
+    const size_t had = s.pages.blocks.size();
+    while (s.pages.blocks.size() < needed) {
+        const int32_t b = pool.allocate();
+        if (b < 0) {
+            while (s.pages.blocks.size() > had) {
+                pool.release(s.pages.blocks.back());
+                s.pages.blocks.pop_back();
+            }
+            return false;
+        }
+        s.pages.blocks.push_back(b);
+    }
+    return true;
+}
+
+void Engine::shrink(Sequence& s, int32_t n_positions) {
+    const int32_t bs = options_.block_size;
+    const size_t needed = static_cast<size_t>((n_positions + bs - 1) / bs);
+    while (s.pages.blocks.size() > needed) {
+        kv_->pool().release(s.pages.blocks.back());
+        s.pages.blocks.pop_back();
+    }
+    s.tokens.resize(std::min(s.tokens.size(), static_cast<size_t>(n_positions)));
+    s.hashes.resize(std::min(s.hashes.size(), static_cast<size_t>(n_positions / bs)));
+}
+
+void Engine::publish_full_blocks(Sequence& s) {
+    if (!options_.prefix_cache) return;
+    const int32_t bs = options_.block_size;
+    for (auto i = static_cast<int32_t>(s.hashes.size()); i < s.length / bs; ++i) {
+        const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), s.tokens.data() + i * bs, bs);
+        kv_->pool().publish(s.pages.blocks[static_cast<size_t>(i)], hash);
+        s.hashes.push_back(hash);
+    }
+}
+
+KvStats Engine::kv_stats() const {
+    const BlockPool& pool = kv_->pool();
+    KvStats st;
+    st.blocks = pool.n_blocks();
+    st.free = pool.n_free();
+    st.used = st.blocks - st.free;
+    st.cached = pool.n_cached();
+    st.prefix_hit_tokens = prefix_hit_tokens_;
+    st.prefix_hit_blocks = prefix_hit_blocks_;
+    st.copied_blocks = copied_blocks_;
+    return st;
+}
+
+StepGraph& Engine::graph_for(const cellm_batch_shape& shape) {
+    const auto key = std::make_tuple(shape.n_tokens, shape.n_seqs, shape.n_outputs, shape.max_blocks);
+    if (auto it = graphs_.find(key); it != graphs_.end()) {
+        // Least recently used goes first: keep the order of use, newest last.
+        graph_order_.erase(std::find(graph_order_.begin(), graph_order_.end(), key));
+        graph_order_.push_back(key);
+        return *it->second;
+    }
+    if (graphs_.size() >= max_cached_graphs) {
+        graphs_.erase(graph_order_.front());
+        graph_order_.erase(graph_order_.begin());
+    }
+    auto graph = std::make_unique<StepGraph>(*model_, *backend_, *weights_, *kv_, shape);
+    StepGraph& ref = *graph;
+    graphs_.emplace(key, std::move(graph));
+    graph_order_.push_back(key);
+    return ref;
+}
+
+void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
+    if (work.empty()) throw Error("a step needs at least one sequence");
+    int32_t n_tokens = 0, n_outputs = 0, max_blocks = 1;
+    for (size_t i = 0; i < work.size(); ++i) {
+        const Work& w = work[i];
+        const Sequence& s = live_sequence(w.sequence);
+        for (size_t j = 0; j < i; ++j) {
+            if (work[j].sequence == w.sequence) {
+                throw Error("sequence " + std::to_string(w.sequence) + " appears twice in one step");
+            }
+        }
+        if (w.tokens.empty()) throw Error("a step item needs at least one token");
+        const int32_t end = s.length + static_cast<int32_t>(w.tokens.size());
+        if (end > options_.context_length) {
+            throw Error("the sequence would hold " + std::to_string(end) + " tokens, more than the context length " +
+                        std::to_string(options_.context_length));
+        }
+        for (int32_t t : w.tokens) {
+            if (t < 0 || t >= n_vocab()) throw Error("token id " + std::to_string(t) + " is outside the vocabulary");
+        }
+        n_tokens += static_cast<int32_t>(w.tokens.size());
+        n_outputs += w.logits == LogitsWanted::All ? static_cast<int32_t>(w.tokens.size()) : w.logits == LogitsWanted::Last ? 1 : 0;
+        max_blocks = std::max(max_blocks, (end + options_.block_size - 1) / options_.block_size);
+    }
+    if (n_outputs == 0) n_outputs = 1;  // the graph always produces logits; an unwanted row is dropped below
+    // Round the table width up so a growing sequence reuses the same prepared graph for a while.
+    max_blocks = static_cast<int32_t>(std::bit_ceil(static_cast<uint32_t>(max_blocks)));
+
+    // Reserve KV blocks for every item first. Whatever fails from here on gives the new blocks back, so a
+    // failed step leaves every sequence's tokens as they were.
+    auto release_reserved = [&] {
+        for (const Work& w : work) {
+            Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+            shrink(s, s.length);
+        }
+    };
+    for (const Work& w : work) {
+        Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+        if (!reserve(s, s.length + static_cast<int32_t>(w.tokens.size()))) {
+            release_reserved();
+            throw Error("the KV cache is full");
+        }
+    }
+    try {
+        run_step(work, n_tokens, n_outputs, max_blocks, logits);
+    } catch (...) {
+        release_reserved();
+        throw;
+    }
+    for (const Work& w : work) {
+        Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+        s.length += static_cast<int32_t>(w.tokens.size());
+        s.tokens.insert(s.tokens.end(), w.tokens.begin(), w.tokens.end());
+        publish_full_blocks(s);
+    }
+}
+
+void Engine::run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
+                      std::vector<float>& logits) {
+    for (auto& v : inputs_) v.clear();
+    auto& tokens = inputs_[CELLM_INPUT_TOKENS];
+    auto& positions = inputs_[CELLM_INPUT_POSITIONS];
+    auto& token_seq = inputs_[CELLM_INPUT_TOKEN_SEQ];
+    auto& slots = inputs_[CELLM_INPUT_SLOTS];
+    auto& table = inputs_[CELLM_INPUT_BLOCK_TABLE];
+    auto& rows = inputs_[CELLM_INPUT_OUTPUT_ROWS];
+    table.assign(static_cast<size_t>(max_blocks) * work.size(), -1);
+    for (size_t r = 0; r < work.size(); ++r) {
+        const Work& w = work[r];
+        const Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+        std::copy(s.pages.blocks.begin(), s.pages.blocks.end(), table.begin() + static_cast<ptrdiff_t>(r * static_cast<size_t>(max_blocks)));
+        for (size_t i = 0; i < w.tokens.size(); ++i) {
+            const int32_t pos = s.length + static_cast<int32_t>(i);
+            if (w.logits == LogitsWanted::All || (w.logits == LogitsWanted::Last && i + 1 == w.tokens.size())) {
+                rows.push_back(static_cast<int32_t>(tokens.size()));
+            }
+            tokens.push_back(w.tokens[i]);
+            positions.push_back(pos);
+            token_seq.push_back(static_cast<int32_t>(r));
+            slots.push_back(s.pages.slot(pos, options_.block_size));
+        }
+    }
+    const bool dropped_row = rows.empty();
+    if (dropped_row) rows.push_back(n_tokens - 1);
+
+    const cellm_batch_shape shape{sizeof(cellm_batch_shape), n_tokens, static_cast<int32_t>(work.size()), n_outputs,
+                                  max_blocks, options_.block_size};
+    StepGraph& graph = graph_for(shape);
+    logits.resize(static_cast<size_t>(n_outputs) * static_cast<size_t>(n_vocab()));
+    graph.execute(inputs_, logits.data(), logits.size());
+    if (dropped_row) logits.clear();
+}
+
+}  // namespace cellm

@@ -1,0 +1,114 @@
+// The engine runs steps: it gathers the tokens of one or more sequences into one batch, makes sure each
+// sequence's page table covers the new positions, runs the step graph for that batch shape (prepared once
+// and cached) and returns the requested logits rows. It also keeps the KV blocks' bookkeeping: full blocks
+// are published by content so a new sequence can start from an identical cached prefix, and a block shared
+// by several sequences is copied before one of them writes into it.
+#pragma once
+
+#include "plugin/backend.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "engine/step_graph.h"
+#include "model/weights.h"
+
+#include <map>
+#include <memory>
+#include <span>
+#include <tuple>
+#include <vector>
+
+namespace cellm {
+
+struct EngineOptions {
+    int32_t context_length = 2048; // positions per sequence
+    int32_t block_size = 16;       // token slots per KV block
+    int32_t max_sequences = 1;     // without a KV budget: sequences that must fit at full context at once
+    uint64_t kv_memory = 0;        // KV pool size in bytes; 0: sized by max_sequences
+    cellm_dtype kv_type = CELLM_TYPE_F16;
+    bool prefix_cache = true;      // publish full blocks so identical prompt prefixes are reused
+};
+
+// What the KV pool holds right now, and what its sharing has saved.
+struct KvStats {
+    int32_t blocks = 0, used = 0, free = 0;
+    int32_t cached = 0;               // blocks findable by content (in use or free)
+    int64_t prefix_hit_tokens = 0;    // prompt tokens taken from the cache instead of computed
+    int64_t prefix_hit_blocks = 0;
+    int64_t copied_blocks = 0;        // copy-on-write copies
+};
+
+enum class LogitsWanted { None, Last, All };
+
+class Engine {
+public:
+    Engine(const Model& model, Backend& backend, const EngineOptions& options);
+    ~Engine();
+
+    int32_t create_sequence();
+    void release_sequence(int32_t sequence);
+    // A new sequence sharing every block of `sequence` (copy-on-write).
+    int32_t fork_sequence(int32_t sequence);
+    // Starts an empty `sequence` with the longest run of cached full blocks that `prompt` begins with,
+    // leaving at least its last token to compute. Returns how many tokens it took.
+    int32_t reuse_prefix(int32_t sequence, std::span<const int32_t> prompt);
+    // KV blocks a step of `n_tokens` more tokens for `sequence` would take from the free list.
+    int32_t blocks_needed(int32_t sequence, int32_t n_tokens) const;
+    // Tokens whose keys and values `sequence` holds, in order.
+    std::span<const int32_t> sequence_tokens(int32_t sequence) const;
+    // Its page table: the KV blocks holding those tokens, in position order.
+    std::span<const int32_t> sequence_blocks(int32_t sequence) const;
+    // Positions already in the KV cache for `sequence`.
+    int32_t sequence_length(int32_t sequence) const;
+    // Forgets positions >= n (they will be computed again), e.g. when a chat turn diverges from the cache.
+    void truncate(int32_t sequence, int32_t n);
+
+    struct Work {
+        int32_t sequence;
+        std::span<const int32_t> tokens;
+        LogitsWanted logits;
+    };
+    // Runs one step over all `work` items. Writes n_vocab floats per requested row into `logits`, in work
+    // order (Last: one row, All: one per token). Throws cellm::Error and leaves sequences unchanged when
+    // the step cannot run.
+    void step(std::span<const Work> work, std::vector<float>& logits);
+
+    int32_t n_vocab() const { return model_->info().n_vocab; }
+    int32_t context_length() const { return options_.context_length; }
+    const KvCache& kv_cache() const { return *kv_; }
+    KvStats kv_stats() const;
+    const WeightStore& weights() const { return *weights_; }
+    const Model& model() const { return *model_; }
+    Backend& backend() const { return *backend_; }
+
+private:
+    struct Sequence {
+        bool live = false;
+        int32_t length = 0;
+        PageTable pages;
+        std::vector<int32_t> tokens;     // [0, length)
+        std::vector<BlockHash> hashes;   // of the leading full blocks that are published
+    };
+    Sequence& live_sequence(int32_t sequence);
+    const Sequence& live_sequence(int32_t sequence) const;
+    // Makes the page table cover `n_positions`, copying a shared last block first; false when out of blocks.
+    bool reserve(Sequence& s, int32_t n_positions);
+    void shrink(Sequence& s, int32_t n_positions);
+    void publish_full_blocks(Sequence& s);
+    StepGraph& graph_for(const cellm_batch_shape& shape);
+    void run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
+                  std::vector<float>& logits);
+
+    const Model* model_;
+    Backend* backend_;
+    EngineOptions options_;
+    std::unique_ptr<WeightStore> weights_;
+    std::unique_ptr<KvCache> kv_;
+    std::vector<Sequence> sequences_;
+    // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks), least recently used evicted past a bound.
+    std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, std::unique_ptr<StepGraph>> graphs_;
+    std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> graph_order_;
+    std::array<std::vector<int32_t>, CELLM_INPUT_COUNT> inputs_;
+    int64_t prefix_hit_tokens_ = 0, prefix_hit_blocks_ = 0, copied_blocks_ = 0;
+};
+
+}  // namespace cellm

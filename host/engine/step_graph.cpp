@@ -1,0 +1,198 @@
+#include "engine/step_graph.h"
+
+#include "error.h"
+#include "plugin/host_api.h"
+
+#include <algorithm>
+#include <cstring>
+#include <iterator>
+
+namespace cellm {
+
+// The builder the arch appends nodes through; checks each node's sources as it arrives. For an I8 cache it
+// also adds each pool's scale leaf and the sources that name it (graph.h), which the arch never sees.
+struct GraphBuilderContext {
+    StepGraph* graph;
+    bool scaled_kv;                   // the KV cache is I8
+    std::vector<int32_t> scales_of;   // per node: the scale leaf of the I8 pool it is or writes, else -1
+    std::string failure;              // why the build went wrong, empty while it goes well
+
+    static int32_t add_node(void* ctx, const cellm_node* node, size_t node_size) {
+        auto* self = static_cast<GraphBuilderContext*>(ctx);
+        try {
+            const auto n = static_cast<int32_t>(self->graph->nodes_.size());
+            cellm_node copy{};
+            std::memcpy(&copy, node, std::min(node_size, sizeof(cellm_node)));
+            for (int32_t s : copy.src) {
+                if (s < -1 || s >= n) {
+                    self->failure = "node " + std::to_string(n) + " refers to node " + std::to_string(s) +
+                                    ", which is not an earlier node";
+                    return -1;
+                }
+            }
+            if (copy.op == CELLM_OP_KV_CACHE && copy.iparams[1] != 0 && copy.iparams[1] != 1) {
+                self->failure = "node " + std::to_string(n) + " is a KV cache leaf of kind " +
+                                std::to_string(copy.iparams[1]) + " (expected 0 for K or 1 for V)";
+                return -1;
+            }
+            return self->scaled_kv ? self->add_with_scales(copy) : self->append(copy, -1);
+        } catch (...) {
+            self->failure = "out of memory while building the graph";
+            return -1;
+        }
+    }
+
+    int32_t append(const cellm_node& node, int32_t scales) {
+        auto& g = *graph;
+        g.nodes_.push_back(node);
+        scales_of.push_back(scales);
+        if (node.name != nullptr) {
+            g.names_.emplace_back(node.name);
+            g.nodes_.back().name = g.names_.back().c_str();
+        }
+        return static_cast<int32_t>(g.nodes_.size() - 1);
+    }
+
+    // Sets src[k] of `node` to the scale leaf behind `of` (-1 when there is none: the backend refuses the graph).
+    bool wire(cellm_node& node, int k, int32_t of) {
+        if (node.src[k] != -1) {
+            failure = "node " + std::to_string(graph->nodes_.size()) + " sets src[" + std::to_string(k) +
+                      "], which the host fills for an I8 KV cache";
+            return false;
+        }
+        node.src[k] = of >= 0 ? scales_of[static_cast<size_t>(of)] : -1;
+        return true;
+    }
+
+    int32_t add_with_scales(cellm_node node) {
+        switch (node.op) {
+        case CELLM_OP_KV_CACHE: {
+            cellm_node scales{};
+            scales.op = CELLM_OP_KV_CACHE;
+            std::fill(std::begin(scales.src), std::end(scales.src), -1);
+            scales.iparams[0] = node.iparams[0];
+            scales.iparams[1] = node.iparams[1] + 2;
+            const std::string name = node.name != nullptr ? std::string(node.name) + ".scales" : std::string();
+            scales.name = node.name != nullptr ? name.c_str() : nullptr;
+            const int32_t leaf = append(scales, -1);
+            return append(node, leaf);  // the arch gets the pool it asked for
+        }
+        case CELLM_OP_KV_STORE:
+            if (!wire(node, 3, node.src[0])) return -1;
+            return append(node, node.src[3]);
+        case CELLM_OP_ATTENTION:
+            if (!wire(node, 6, node.src[1]) || !wire(node, 7, node.src[2])) return -1;
+            return append(node, -1);
+        default:
+            return append(node, -1);
+        }
+    }
+
+    static void add_output(void* ctx, int32_t node) {
+        auto* self = static_cast<GraphBuilderContext*>(ctx);
+        try {
+            self->graph->outputs_.push_back(node);
+        } catch (...) {
+            self->failure = "out of memory while building the graph";
+        }
+    }
+};
+
+StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
+                     const cellm_batch_shape& shape)
+    : backend_(&backend) {
+    GraphBuilderContext ctx{this, kv.type() == CELLM_TYPE_I8, {}, {}};
+    cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
+                                GraphBuilderContext::add_output};
+    const std::string arch = model.arch_plugin().name();
+    check(model.arch_plugin().arch()->build_graph(model.arch_model(), &shape, &builder), "arch '" + arch + "'");
+    if (!ctx.failure.empty()) throw Error("arch '" + arch + "' built a malformed graph: " + ctx.failure);
+    if (outputs_.size() != 1) throw Error("arch '" + arch + "' must declare exactly one graph output (the logits)");
+    // The logits are copied into a buffer of exactly this shape, so the host checks it rather than trusting
+    // every backend to.
+    if (outputs_[0] < 0 || outputs_[0] >= static_cast<int32_t>(nodes_.size())) {
+        throw Error("arch '" + arch + "' declared output node " + std::to_string(outputs_[0]) + ", which does not exist");
+    }
+    const cellm_node& logits = nodes_[static_cast<size_t>(outputs_[0])];
+    if (logits.type != CELLM_TYPE_F32 || logits.ne[0] != model.info().n_vocab || logits.ne[1] != shape.n_outputs ||
+        logits.ne[2] != 1 || logits.ne[3] != 1) {
+        throw Error("arch '" + arch + "' declared logits of shape [" + std::to_string(logits.ne[0]) + ", " +
+                    std::to_string(logits.ne[1]) + "], expected F32 [" + std::to_string(model.info().n_vocab) + ", " +
+                    std::to_string(shape.n_outputs) + "]");
+    }
+
+    const cellm_model_view& view = model.file().view();
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+        cellm_node& node = nodes_[i];
+        switch (node.op) {
+        case CELLM_OP_WEIGHT: {
+            const int32_t index = node.iparams[0];
+            if (index < 0 || static_cast<uint64_t>(index) >= view.n_tensors) {
+                throw Error("arch '" + arch + "' refers to tensor #" + std::to_string(index) + ", which does not exist");
+            }
+            node.tensor = weights.tensor(static_cast<uint64_t>(index));
+            node.type = node.tensor.type;
+            for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
+            if (!backend.iface().supports_type(backend.handle(), node.type)) {
+                throw Error(std::string("backend '") + backend.name() + "' does not support weight type " +
+                            dtype_name(node.type) + " (tensor '" +
+                            std::string(to_string_view(cellm_model_tensor(&view, static_cast<uint64_t>(index))->name)) + "')");
+            }
+            break;
+        }
+        case CELLM_OP_KV_CACHE:
+            // The builder admitted only kinds 0 and 1 from the arch; 2 and 3 are the scale leaves it added.
+            if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer) {
+                throw Error("arch '" + arch + "' refers to a KV cache layer that does not exist");
+            }
+            node.tensor = kv.tensor(node.iparams[0], node.iparams[1]);
+            node.type = node.tensor.type;
+            for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
+            break;
+        case CELLM_OP_KV_STORE:
+            // The arch cannot know the pool's size: the store aliases its pool, so it takes the pool's shape.
+            if (node.src[0] >= 0) {
+                const cellm_node& pool = nodes_[static_cast<size_t>(node.src[0])];
+                node.type = pool.type;
+                for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = pool.ne[d];
+            }
+            break;
+        case CELLM_OP_INPUT:
+            if (node.iparams[0] < 0 || node.iparams[0] >= CELLM_INPUT_COUNT) {
+                throw Error("arch '" + arch + "' uses an unknown input kind " + std::to_string(node.iparams[0]));
+            }
+            input_nodes_.emplace_back(static_cast<int32_t>(i), static_cast<cellm_input_kind>(node.iparams[0]));
+            break;
+        default:
+            break;
+        }
+    }
+
+    cellm_graph graph{};
+    graph.struct_size = sizeof(graph);
+    graph.node_size = sizeof(cellm_node);
+    graph.n_nodes = static_cast<int32_t>(nodes_.size());
+    graph.nodes = nodes_.data();
+    graph.n_outputs = static_cast<int32_t>(outputs_.size());
+    graph.outputs = outputs_.data();
+    check(backend.iface().graph_prepare(backend.handle(), &graph, &plan_), std::string("backend '") + backend.name() + "'");
+}
+
+StepGraph::~StepGraph() {
+    if (plan_ != nullptr) backend_->iface().plan_free(backend_->handle(), plan_);
+}
+
+void StepGraph::execute(const std::array<std::vector<int32_t>, CELLM_INPUT_COUNT>& inputs, float* logits, size_t n_logits) {
+    std::vector<cellm_input_binding> bindings;
+    bindings.reserve(input_nodes_.size());
+    for (const auto& [node, kind] : input_nodes_) {
+        const auto& data = inputs[static_cast<size_t>(kind)];
+        bindings.push_back({node, data.data(), data.size() * sizeof(int32_t)});
+    }
+    cellm_output_binding out{outputs_[0], logits, n_logits * sizeof(float)};
+    const cellm_execute_args args{sizeof(cellm_execute_args), bindings.data(), bindings.size(), sizeof(cellm_input_binding),
+                                  &out, 1, sizeof(cellm_output_binding)};
+    check(backend_->iface().graph_execute(backend_->handle(), plan_, &args), std::string("backend '") + backend_->name() + "'");
+}
+
+}  // namespace cellm

@@ -1,0 +1,42 @@
+// A model ready to run: its file (through a format plugin), its arch binding and its tokenizer.
+#pragma once
+
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
+#include "tokenize/tokenizer.h"
+
+#include <cellm/arch.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace cellm {
+
+class Model {
+public:
+    // `format` and `arch` may be empty: then the file's magic and its general.architecture decide.
+    static std::unique_ptr<Model> load(const PluginRegistry& registry, const std::filesystem::path& path,
+                                       std::string_view format = {}, std::string_view arch = {});
+    ~Model();
+    Model(const Model&) = delete;
+    Model& operator=(const Model&) = delete;
+
+    const ModelFile& file() const { return *file_; }
+    const Plugin& arch_plugin() const { return *arch_plugin_; }
+    const cellm_arch_model* arch_model() const { return arch_model_; }
+    const cellm_arch_info& info() const { return info_; }
+    const Tokenizer& tokenizer() const { return *tokenizer_; }
+    const std::string& architecture() const { return architecture_; }
+
+private:
+    Model() = default;
+    std::unique_ptr<ModelFile> file_;
+    const Plugin* arch_plugin_ = nullptr;
+    cellm_arch_model* arch_model_ = nullptr;
+    cellm_arch_info info_{};
+    std::unique_ptr<Tokenizer> tokenizer_;
+    std::string architecture_;
+};
+
+}  // namespace cellm

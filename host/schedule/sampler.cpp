@@ -1,0 +1,163 @@
+#include "schedule/sampler.h"
+
+#include "error.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+namespace cellm {
+
+// ---- Sampler ----
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), engine_(params.seed) {}
+
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> recent_tokens) {
+    if (logits.empty()) throw Error("sampler: empty logits row");
+    if (logits.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
+        throw Error("sampler: logits row larger than the token id range");
+
+    // NaN would break the ordering every filter relies on; such a token is simply never chosen.
+    candidates_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) {
+        const float logit = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
+        candidates_[i] = {static_cast<int32_t>(i), logit};
+    }
+    penalize(recent_tokens);
+
+    if (params_.temperature <= 0.0f) {
+        const auto best = std::max_element(candidates_.begin(), candidates_.end(),
+                                           [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
+        return best->id;
+    }
+    keep_top_k();
+    keep_top_p();
+    keep_min_p();
+    for (Candidate& c : candidates_) c.logit /= params_.temperature;
+    return draw();
+}
+
+// llama.cpp's penalties, in its order: a token seen recently becomes less likely whatever its sign (the
+// repetition penalty, once however often it was seen), then OpenAI's additive frequency and presence terms.
+void Sampler::penalize(std::span<const int32_t> recent_tokens) {
+    const bool additive = params_.frequency_penalty != 0.0f || params_.presence_penalty != 0.0f;
+    if ((params_.repeat_penalty == 1.0f && !additive) || params_.repeat_last_n <= 0) return;
+    const size_t window = std::min(recent_tokens.size(), static_cast<size_t>(params_.repeat_last_n));
+    std::vector<int32_t> seen(recent_tokens.end() - static_cast<std::ptrdiff_t>(window), recent_tokens.end());
+    std::sort(seen.begin(), seen.end());
+    for (auto run = seen.begin(); run != seen.end();) {
+        const int32_t id = *run;
+        const auto next = std::find_if(run, seen.end(), [id](int32_t t) { return t != id; });
+        const auto count = static_cast<float>(next - run);
+        run = next;
+        if (id < 0 || static_cast<size_t>(id) >= candidates_.size())
+            throw Error("sampler: recent token id " + std::to_string(id) + " outside the vocabulary of " +
+                        std::to_string(candidates_.size()));
+        float& logit = candidates_[static_cast<size_t>(id)].logit;
+        if (params_.repeat_penalty != 1.0f) logit = logit > 0.0f ? logit / params_.repeat_penalty : logit * params_.repeat_penalty;
+        logit -= count * params_.frequency_penalty + params_.presence_penalty;
+    }
+}
+
+// Leaves the candidates sorted by logit, highest first (lowest id first among equals), for the later filters.
+void Sampler::keep_top_k() {
+    const auto by_logit = [](const Candidate& a, const Candidate& b) {
+        return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+    };
+    const size_t k = static_cast<size_t>(std::max(params_.top_k, 0));
+    if (k == 0 || k >= candidates_.size()) {
+        std::sort(candidates_.begin(), candidates_.end(), by_logit);
+        return;
+    }
+    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k), candidates_.end(),
+                      by_logit);
+    candidates_.resize(k);
+}
+
+// Keeps the smallest head of the candidates whose probability mass reaches top_p.
+void Sampler::keep_top_p() {
+    if (params_.top_p >= 1.0f) return;
+    const double max_logit = candidates_.front().logit;
+    double total = 0.0;
+    for (const Candidate& c : candidates_) total += std::exp(static_cast<double>(c.logit) - max_logit);
+    double mass = 0.0;
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+        mass += std::exp(static_cast<double>(candidates_[i].logit) - max_logit) / total;
+        if (mass >= static_cast<double>(params_.top_p)) {
+            candidates_.resize(i + 1);
+            return;
+        }
+    }
+}
+
+// Keeps tokens at least min_p times as likely as the best one: p >= min_p * p_max, i.e. in logits,
+// logit >= max_logit + log(min_p).
+void Sampler::keep_min_p() {
+    if (params_.min_p <= 0.0f) return;
+    const double threshold = static_cast<double>(candidates_.front().logit) + std::log(static_cast<double>(params_.min_p));
+    const auto first_below = std::find_if(candidates_.begin() + 1, candidates_.end(), [&](const Candidate& c) {
+        return static_cast<double>(c.logit) < threshold;
+    });
+    candidates_.erase(first_below, candidates_.end());
+}
+
+// Inverse-CDF draw over the softmax of the (sorted) candidates. The uniform number is the engine's top 53 bits
+// scaled to [0, 1): std::uniform_real_distribution's output is implementation-defined.
+int32_t Sampler::draw() {
+    const double max_logit = candidates_.front().logit;
+    if (std::isinf(max_logit)) return candidates_.front().id;  // nothing finite left: every token equally impossible
+    double total = 0.0;
+    for (const Candidate& c : candidates_) total += std::exp(static_cast<double>(c.logit) - max_logit);
+    const double uniform = static_cast<double>(engine_() >> 11) * 0x1.0p-53;
+    const double target = uniform * total;
+    double cumulative = 0.0;
+    for (const Candidate& c : candidates_) {
+        cumulative += std::exp(static_cast<double>(c.logit) - max_logit);
+        if (target < cumulative) return c.id;
+    }
+    return candidates_.back().id;  // rounding left target at the very top of the range
+}
+
+// ---- StopMatcher ----
+
+StopMatcher::StopMatcher(std::vector<std::string> stop_strings) : stop_strings_(std::move(stop_strings)) {
+    // An empty stop string would end every generation before its first token.
+    std::erase_if(stop_strings_, [](const std::string& s) { return s.empty(); });
+}
+
+StopMatcher::Step StopMatcher::feed(std::string_view piece) {
+    if (stopped_) return {"", true};
+    held_.append(piece);
+
+    // Only the held text can contain a stop string: anything released earlier was not the start of one.
+    size_t stop_at = std::string::npos;
+    for (const std::string& stop : stop_strings_) stop_at = std::min(stop_at, held_.find(stop));
+    if (stop_at != std::string::npos) {
+        stopped_ = true;
+        Step step{held_.substr(0, stop_at), true};
+        held_.clear();
+        return step;
+    }
+
+    // Hold back the longest tail that is still the beginning of some stop string.
+    size_t hold = 0;
+    for (const std::string& stop : stop_strings_) {
+        for (size_t length = std::min(stop.size() - 1, held_.size()); length > hold; --length) {
+            if (std::string_view(held_).ends_with(std::string_view(stop).substr(0, length))) {
+                hold = length;
+                break;
+            }
+        }
+    }
+    Step step{held_.substr(0, held_.size() - hold), false};
+    held_.erase(0, held_.size() - hold);
+    return step;
+}
+
+std::string StopMatcher::finish() {
+    if (stopped_) return {};
+    return std::exchange(held_, {});
+}
+
+}  // namespace cellm

@@ -1,0 +1,105 @@
+// One conversation served by the scheduler: its settings, the tokens it has (prompt and generated), and
+// the per-token work of generation (sampling, stop rules, streaming text, timings). The scheduler decides
+// when a session's tokens go through the engine; the session decides what each new token means.
+#pragma once
+
+#include "schedule/sampler.h"
+#include "tokenize/tokenizer.h"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cellm {
+
+using SessionId = int32_t;
+
+// Higher runs first when the scheduler must choose.
+namespace priority {
+constexpr int32_t background = 0;
+constexpr int32_t interactive = 1;
+}  // namespace priority
+
+struct SessionOptions {
+    std::string name;
+    SamplingParams sampling;
+    int32_t max_tokens = 256;
+    std::vector<std::string> stop;
+    int32_t priority = priority::interactive;
+    bool ignore_end_of_generation = false;  // benchmarks: always generate max_tokens
+    // Receives printable text as it is produced (complete UTF-8, stop strings never shown). Called on the
+    // thread that runs the scheduler's step; it may cancel sessions.
+    std::function<void(std::string_view)> on_text;
+};
+
+enum class SessionState {
+    Idle,     // created, or its last turn ended: waiting for a prompt (its KV blocks may stay for the next turn)
+    Waiting,  // has a prompt, not admitted yet or preempted
+    Running,  // admitted: its tokens go into the next steps
+};
+
+// What one turn produced, and how long it took.
+struct SessionResult {
+    std::string text;
+    std::vector<int32_t> tokens;  // generated ids, an ending end-of-generation token excluded
+    int32_t prompt_tokens = 0;
+    int32_t reused_tokens = 0;    // prompt tokens the KV cache already held when the turn started
+    double ttft_ms = 0;           // from submit until the first generated token was known
+    double decode_ms = 0;         // from the first generated token to the last
+    std::vector<double> inter_token_ms;  // between consecutive generated tokens
+    int32_t preemptions = 0;
+    std::string finish_reason;    // "eog", "stop", "length", "context", "cancelled" or "error"
+    std::string error;            // why, when finish_reason is "error"
+
+    double decode_tok_s() const;
+    double prefill_tok_s() const;  // prompt tokens computed (not reused) per second until the first token
+};
+
+class Session {
+public:
+    Session(SessionId id, SessionOptions options, const Tokenizer& tokenizer);
+
+    SessionId id() const { return id_; }
+    const SessionOptions& options() const { return options_; }
+    SessionState state() const { return state_; }
+    int32_t priority() const { return options_.priority; }
+    const SessionResult& result() const { return result_; }
+
+    // Starts a turn on `prompt`: the whole conversation so far, as tokens.
+    void start_turn(std::vector<int32_t> prompt);
+    // The tokens the KV cache must hold before the next token can be sampled: prompt, then generated.
+    const std::vector<int32_t>& context() const { return context_; }
+    // Handles the logits after the whole context went through the engine: samples the next token, streams
+    // its text and decides whether the turn goes on. Returns false when the turn ended.
+    bool accept_logits(std::span<const float> logits, int32_t context_length);
+    void finish(std::string reason, std::string error = {});
+
+private:
+    friend class Scheduler;
+    void emit(const std::string& text);
+
+    SessionId id_;
+    SessionOptions options_;
+    const Tokenizer* tokenizer_;
+    std::vector<int32_t> context_;
+    std::optional<Sampler> sampler_;
+    std::optional<StreamDecoder> decoder_;
+    std::optional<StopMatcher> stops_;
+    SessionResult result_;
+    SessionState state_ = SessionState::Idle;
+
+    // The scheduler's bookkeeping.
+    int32_t sequence_ = -1;        // engine sequence holding this session's KV blocks, -1 when none
+    int32_t computed_ = 0;         // leading context tokens whose keys and values the sequence holds
+    int64_t last_served_ = -1;     // step that last gave this session tokens
+    int64_t arrival_ = 0;          // submit order, first come first served among equals
+    bool cancel_requested_ = false;
+    std::chrono::steady_clock::time_point submitted_;
+    std::optional<std::chrono::steady_clock::time_point> last_token_at_;
+};
+
+}  // namespace cellm
