@@ -1,0 +1,541 @@
+// The C functions of include/cellm/cellm.h: argument checks, C <-> C++ conversions and the mapping of
+// exceptions to results. No exception leaves this file; the work is EngineCore's.
+#include <cellm/cellm.h>
+
+#include "engine_core.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <new>
+#include <random>
+
+namespace fs = std::filesystem;
+using cellm::Error;
+using cellm::sdk::EngineCore;
+using cellm::sdk::SessionChannel;
+
+struct cellm_engine {
+    std::shared_ptr<EngineCore> core;
+    std::vector<const char*> stop_strings;  // the manifest's, for cellm_session_options_init
+};
+
+struct cellm_session {
+    // Keeps the engine's memory alive after cellm_engine_close, so a late call gets CELLM_E_CLOSED.
+    std::shared_ptr<EngineCore> core;
+    std::shared_ptr<SessionChannel> channel;
+    cellm::SessionId id = -1;
+    cellm_event_fn callback = nullptr;
+    void* user_data = nullptr;
+    // What get_text, get_tokens, get_stats and poll hand out, valid until the next call on this session.
+    std::string text, error, event_text;
+    std::vector<int32_t> tokens;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+// Failures found here, with their result codes (the others come from engine_core.h).
+class ArgumentError : public Error {
+public:
+    using Error::Error;
+};
+class PromptError : public Error {
+public:
+    using Error::Error;
+};
+class LoadError : public Error {
+public:
+    using Error::Error;
+};
+class TimeoutError : public Error {
+public:
+    using Error::Error;
+};
+
+cellm_result fail(cellm_result result, const char* message) {
+    last_error = message;
+    return result;
+}
+
+// Runs `body`, turning every exception into a result and the thread's last error.
+template <typename Body>
+cellm_result guarded(Body&& body) noexcept {
+    try {
+        body();
+        return CELLM_SUCCESS;
+    } catch (const ArgumentError& e) {
+        return fail(CELLM_E_INVALID_ARGUMENT, e.what());
+    } catch (const cellm::sdk::ManifestError& e) {
+        return fail(CELLM_E_MANIFEST, e.what());
+    } catch (const LoadError& e) {
+        return fail(CELLM_E_LOAD, e.what());
+    } catch (const PromptError& e) {
+        return fail(CELLM_E_PROMPT, e.what());
+    } catch (const cellm::sdk::BusyError& e) {
+        return fail(CELLM_E_BUSY, e.what());
+    } catch (const cellm::sdk::ClosedError& e) {
+        return fail(CELLM_E_CLOSED, e.what());
+    } catch (const TimeoutError& e) {
+        return fail(CELLM_E_TIMEOUT, e.what());
+    } catch (const std::bad_alloc&) {
+        return fail(CELLM_E_INTERNAL, "out of memory");
+    } catch (const std::exception& e) {
+        return fail(CELLM_E_INTERNAL, e.what());
+    } catch (...) {
+        return fail(CELLM_E_INTERNAL, "unknown failure");
+    }
+}
+
+template <typename T>
+T& require(T* p, const char* what) {
+    if (p == nullptr) throw ArgumentError(std::string(what) + " is NULL");
+    return *p;
+}
+
+// The size of a struct as version 1.0 of this header defined it: callers compiled against 1.0 must keep
+// working when a struct grows.
+template <typename T>
+void require_size(const T& s, size_t v1_size, const char* what) {
+    if (s.struct_size < v1_size) {
+        throw ArgumentError(std::string(what) + ".struct_size is " + std::to_string(s.struct_size) +
+                            "; set it with its _init function or sizeof");
+    }
+}
+#define CELLM_V1_SIZE(type, last_field) (offsetof(type, last_field) + sizeof(type::last_field))
+
+std::string text_arg(const char* s, const char* what) { return &require(s, what); }
+
+uint64_t random_seed() {
+    std::random_device device;
+    return (static_cast<uint64_t>(device()) << 32) | device();
+}
+
+cellm::SessionOptions to_session_options(const cellm_session_options& o) {
+    require_size(o, CELLM_V1_SIZE(cellm_session_options, user_data), "cellm_session_options");
+    const auto check = [](bool ok, const char* message) {
+        if (!ok) throw ArgumentError(message);
+    };
+    check(std::isfinite(o.temperature) && o.temperature >= 0, "temperature must be a finite number >= 0");
+    check(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1]");
+    check(o.min_p >= 0 && o.min_p <= 1, "min_p must be in [0, 1]");
+    check(std::isfinite(o.repeat_penalty) && o.repeat_penalty > 0, "repeat_penalty must be > 0");
+    check(o.repeat_last_n >= 0, "repeat_last_n must be >= 0");
+    check(std::isfinite(o.frequency_penalty) && std::fabs(o.frequency_penalty) <= 2,
+          "frequency_penalty must be in [-2, 2]");
+    check(std::isfinite(o.presence_penalty) && std::fabs(o.presence_penalty) <= 2, "presence_penalty must be in [-2, 2]");
+    check(o.max_tokens >= 1, "max_tokens must be at least 1");
+    check(o.n_stop == 0 || o.stop != nullptr, "stop is NULL but n_stop is not 0");
+
+    cellm::SessionOptions s;
+    s.name = o.name != nullptr ? o.name : "session";
+    s.sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p,
+                  .repeat_penalty = o.repeat_penalty, .repeat_last_n = o.repeat_last_n,
+                  .frequency_penalty = o.frequency_penalty, .presence_penalty = o.presence_penalty, .seed = o.seed};
+    s.max_tokens = o.max_tokens;
+    for (size_t i = 0; i < o.n_stop; ++i) {
+        check(o.stop[i] != nullptr && o.stop[i][0] != '\0', "stop strings must not be NULL or empty");
+        s.stop.emplace_back(o.stop[i]);
+    }
+    s.priority = o.priority;
+    return s;
+}
+
+cellm::SessionOptions default_session_options(const cellm_engine& engine) {
+    cellm_session_options o;
+    if (cellm_session_options_init(&engine, &o) != CELLM_SUCCESS) throw Error(last_error);
+    return to_session_options(o);
+}
+
+EngineCore& open_core(const cellm_session* session) {
+    const cellm_session& s = require(session, "session");
+    if (s.core->closed()) throw cellm::sdk::ClosedError("the session's engine was closed");
+    return *s.core;
+}
+
+// A new handle whose channel reports to `callback` (or queues for polling).
+cellm_session* new_handle(std::shared_ptr<EngineCore> core, cellm_event_fn callback, void* user_data) {
+    auto handle = std::make_unique<cellm_session>();
+    handle->core = std::move(core);
+    handle->callback = callback;
+    handle->user_data = user_data;
+    handle->channel = std::make_shared<SessionChannel>(handle.get(), callback, user_data);
+    return handle.release();
+}
+
+void submit(cellm_session* session, std::vector<int32_t> tokens) {
+    EngineCore& core = open_core(session);
+    if (tokens.empty()) throw PromptError("the prompt is empty");
+    try {
+        core.submit(session->id, std::move(tokens));
+    } catch (const cellm::sdk::BusyError&) {
+        throw;
+    } catch (const cellm::sdk::ClosedError&) {
+        throw;
+    } catch (const Error& e) {
+        throw PromptError(e.what());
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* cellm_last_error(void) { return last_error.c_str(); }
+
+const char* cellm_result_name(cellm_result result) {
+    switch (result) {
+        case CELLM_SUCCESS: return "CELLM_SUCCESS";
+        case CELLM_E_INVALID_ARGUMENT: return "CELLM_E_INVALID_ARGUMENT";
+        case CELLM_E_MANIFEST: return "CELLM_E_MANIFEST";
+        case CELLM_E_LOAD: return "CELLM_E_LOAD";
+        case CELLM_E_PROMPT: return "CELLM_E_PROMPT";
+        case CELLM_E_BUSY: return "CELLM_E_BUSY";
+        case CELLM_E_CLOSED: return "CELLM_E_CLOSED";
+        case CELLM_E_TIMEOUT: return "CELLM_E_TIMEOUT";
+        case CELLM_E_INTERNAL: return "CELLM_E_INTERNAL";
+    }
+    return "CELLM_E_UNKNOWN";
+}
+
+void cellm_version(int32_t* major, int32_t* minor) {
+    if (major != nullptr) *major = CELLM_SDK_VERSION_MAJOR;
+    if (minor != nullptr) *minor = CELLM_SDK_VERSION_MINOR;
+}
+
+const char* cellm_finish_reason_name(cellm_finish_reason reason) {
+    switch (reason) {
+        case CELLM_FINISH_NONE: return "";
+        case CELLM_FINISH_EOG: return "eog";
+        case CELLM_FINISH_STOP: return "stop";
+        case CELLM_FINISH_LENGTH: return "length";
+        case CELLM_FINISH_CONTEXT: return "context";
+        case CELLM_FINISH_CANCELLED: return "cancelled";
+        case CELLM_FINISH_ERROR: return "error";
+    }
+    return "";
+}
+
+// ---- Engine ------------------------------------------------------------------------------------------------
+
+void cellm_engine_options_init(cellm_engine_options* options) {
+    if (options == nullptr) return;
+    std::memset(options, 0, sizeof(*options));
+    options->struct_size = sizeof(*options);
+}
+
+cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine** engine) {
+    if (engine != nullptr) *engine = nullptr;
+    return guarded([&] {
+        require(engine, "engine");
+        const cellm_engine_options& o = require(options, "options");
+        require_size(o, CELLM_V1_SIZE(cellm_engine_options, plugin_path), "cellm_engine_options");
+        if ((o.manifest_path == nullptr) == (o.manifest_text == nullptr)) {
+            throw ArgumentError("give exactly one of manifest_path and manifest_text");
+        }
+        if (o.threads < 0 || o.context_length < 0 || o.max_sessions < 0) {
+            throw ArgumentError("threads, context_length and max_sessions must be >= 0 (0 keeps the manifest's)");
+        }
+        cellm::Manifest m;
+        try {
+            m = o.manifest_path != nullptr
+                    ? cellm::load_manifest(o.manifest_path)
+                    : cellm::parse_manifest(o.manifest_text, fs::current_path() / "(manifest text)");
+        } catch (const Error& e) {
+            throw cellm::sdk::ManifestError(e.what());
+        }
+        if (o.model_path != nullptr) {
+            m.model.path = o.model_path;
+            m.model.format.clear();  // the manifest's format and arch described its own model
+            m.model.arch.clear();
+        }
+        if (o.backend != nullptr) m.backend.name = o.backend;
+        if (o.threads > 0) m.backend.threads = o.threads;
+        if (o.context_length > 0) m.context.length = o.context_length;
+        if (o.plugin_path != nullptr) m.plugin_paths.emplace_back(o.plugin_path);
+        const int32_t max_sessions = o.max_sessions > 0 ? o.max_sessions : m.scheduler.max_running;
+
+        auto handle = std::make_unique<cellm_engine>();
+        try {
+            handle->core = std::make_shared<EngineCore>(std::move(m), max_sessions);
+        } catch (const Error& e) {
+            throw LoadError(e.what());
+        }
+        for (const std::string& s : handle->core->manifest().generation.stop) handle->stop_strings.push_back(s.c_str());
+        *engine = handle.release();
+    });
+}
+
+void cellm_engine_close(cellm_engine* engine) {
+    if (engine == nullptr) return;
+    guarded([&] { engine->core->close(); });
+    delete engine;
+}
+
+cellm_result cellm_engine_get_info(const cellm_engine* engine, cellm_engine_info* info) {
+    return guarded([&] {
+        const EngineCore& core = *require(engine, "engine").core;
+        cellm_engine_info& out = require(info, "info");
+        require_size(out, CELLM_V1_SIZE(cellm_engine_info, model_has_chat_template), "cellm_engine_info");
+        if (core.closed()) throw cellm::sdk::ClosedError("the engine was closed");
+        const cellm::Engine& e = core.runtime().engine();
+        out.model_name = core.model_name();
+        out.model_path = core.model_path();
+        out.arch = core.runtime().model().architecture().c_str();
+        out.backend = core.runtime().backend().name();
+        out.chat_template = core.chat_template();
+        out.n_vocab = core.tokenizer().n_vocab();
+        out.context_length = e.context_length();
+        out.max_sessions = core.max_sessions();
+        out.kv_blocks = core.kv_blocks();
+        out.kv_block_size = e.kv_cache().block_size();
+        out.kv_bytes_per_token = static_cast<int64_t>(e.kv_cache().bytes_per_token());
+        out.model_has_chat_template = core.tokenizer().chat_template().empty() ? 0 : 1;
+    });
+}
+
+cellm_result cellm_engine_get_stats(cellm_engine* engine, cellm_engine_stats* stats) {
+    return guarded([&] {
+        EngineCore& core = *require(engine, "engine").core;
+        cellm_engine_stats& out = require(stats, "stats");
+        require_size(out, CELLM_V1_SIZE(cellm_engine_stats, copied_blocks), "cellm_engine_stats");
+        const cellm::SchedulerStats st = core.stats();
+        out.sessions = st.sessions;
+        out.running = st.running;
+        out.waiting = st.waiting;
+        out.kv_blocks = st.kv.blocks;
+        out.kv_blocks_used = st.kv.used;
+        out.kv_blocks_free = st.kv.free;
+        out.prefix_hit_tokens = st.kv.prefix_hit_tokens;
+        out.steps = st.steps;
+        out.batched_tokens = st.batched_tokens;
+        out.preemptions = st.preemptions;
+        out.copied_blocks = st.kv.copied_blocks;
+    });
+}
+
+cellm_result cellm_engine_tokenize(const cellm_engine* engine, const char* text, int32_t add_special, int32_t* tokens,
+                                   size_t capacity, size_t* n_tokens) {
+    return guarded([&] {
+        const EngineCore& core = *require(engine, "engine").core;
+        const std::string input = text_arg(text, "text");
+        size_t& count = require(n_tokens, "n_tokens");
+        if (capacity > 0) require(tokens, "tokens");
+        if (core.closed()) throw cellm::sdk::ClosedError("the engine was closed");
+        const cellm::Tokenizer& t = core.tokenizer();
+        const std::vector<int32_t> ids = t.encode(input, add_special != 0 && t.add_bos() && t.bos() >= 0, true);
+        count = ids.size();
+        std::copy_n(ids.begin(), std::min(capacity, ids.size()), tokens);
+    });
+}
+
+cellm_result cellm_list_backends(const char* plugin_path, cellm_backend_fn fn, void* user_data) {
+    return guarded([&] {
+        require(fn, "fn");
+        cellm::PluginRegistry registry;
+        std::vector<fs::path> extra;
+        if (plugin_path != nullptr) extra.emplace_back(plugin_path);
+        registry.discover(extra);
+        for (const cellm::Plugin* p : registry.plugins(CELLM_PLUGIN_BACKEND)) {
+            fn(p->name(), p->desc->description != nullptr ? p->desc->description : "", user_data);
+        }
+    });
+}
+
+// ---- Sessions ----------------------------------------------------------------------------------------------
+
+cellm_result cellm_session_options_init(const cellm_engine* engine, cellm_session_options* options) {
+    return guarded([&] {
+        const cellm_engine& e = require(engine, "engine");
+        cellm_session_options& o = require(options, "options");
+        if (e.core->closed()) throw cellm::sdk::ClosedError("the engine was closed");
+        const cellm::GenerationConfig& g = e.core->manifest().generation;
+        std::memset(&o, 0, sizeof(o));
+        o.struct_size = sizeof(o);
+        o.temperature = g.sampling.temperature;
+        o.top_k = g.sampling.top_k;
+        o.top_p = g.sampling.top_p;
+        o.min_p = g.sampling.min_p;
+        o.repeat_penalty = g.sampling.repeat_penalty;
+        o.repeat_last_n = g.sampling.repeat_last_n;
+        o.frequency_penalty = g.sampling.frequency_penalty;
+        o.presence_penalty = g.sampling.presence_penalty;
+        // Without a seed in the manifest every session draws its own, so two sessions do not sample alike.
+        o.seed = g.seed_given ? g.sampling.seed : random_seed();
+        o.max_tokens = g.max_tokens;
+        o.stop = e.stop_strings.empty() ? nullptr : e.stop_strings.data();
+        o.n_stop = e.stop_strings.size();
+        o.priority = cellm::priority::interactive;
+    });
+}
+
+cellm_result cellm_session_create(cellm_engine* engine, const cellm_session_options* options, cellm_session** session) {
+    if (session != nullptr) *session = nullptr;
+    return guarded([&] {
+        cellm_engine& e = require(engine, "engine");
+        require(session, "session");
+        cellm::SessionOptions o = options != nullptr ? to_session_options(*options) : default_session_options(e);
+        std::unique_ptr<cellm_session> handle(new_handle(e.core, options != nullptr ? options->on_event : nullptr,
+                                                         options != nullptr ? options->user_data : nullptr));
+        handle->id = e.core->create(std::move(o), handle->channel);
+        *session = handle.release();
+    });
+}
+
+cellm_result cellm_session_configure(cellm_session* session, const cellm_session_options* options) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        cellm::SessionOptions o = to_session_options(require(options, "options"));
+        core.reconfigure(session->id, std::move(o));
+        session->callback = options->on_event;
+        session->user_data = options->user_data;
+        session->channel->set_callback(options->on_event, options->user_data);
+    });
+}
+
+cellm_result cellm_session_fork(cellm_session* session, cellm_session** fork) {
+    if (fork != nullptr) *fork = nullptr;
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        require(fork, "fork");
+        cellm::SessionOptions o = core.with_session(session->id, [](const cellm::Session& s) { return s.options(); });
+        std::unique_ptr<cellm_session> handle(new_handle(session->core, session->callback, session->user_data));
+        handle->id = core.fork(session->id, std::move(o), handle->channel);
+        *fork = handle.release();
+    });
+}
+
+cellm_result cellm_session_submit_text(cellm_session* session, const char* text) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        const std::string input = text_arg(text, "text");
+        if (input.empty()) throw PromptError("the prompt is empty");
+        submit(session, core.prompt().raw_tokens(input));
+    });
+}
+
+cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        if (n_messages == 0) throw PromptError("the conversation has no messages");
+        require(messages, "messages");
+        std::vector<cellm::ChatMessage> conversation;
+        for (size_t i = 0; i < n_messages; ++i) {
+            const cellm_message& m = messages[i];
+            if (m.role == nullptr || m.content == nullptr) {
+                throw ArgumentError("message " + std::to_string(i) + " has a NULL role or content");
+            }
+            const std::string role = m.role;
+            if (role != "system" && role != "user" && role != "assistant") {
+                throw PromptError("message " + std::to_string(i) + " has role '" + role +
+                                  "' (expected system, user or assistant)");
+            }
+            conversation.push_back({role, m.content});
+        }
+        std::vector<int32_t> tokens;
+        try {
+            tokens = core.prompt().chat_tokens(conversation);
+        } catch (const Error& e) {
+            throw PromptError(e.what());
+        }
+        submit(session, std::move(tokens));
+    });
+}
+
+cellm_result cellm_session_submit_tokens(cellm_session* session, const int32_t* tokens, size_t n_tokens) {
+    return guarded([&] {
+        open_core(session);
+        if (n_tokens > 0) require(tokens, "tokens");
+        submit(session, std::vector<int32_t>(tokens, tokens + n_tokens));
+    });
+}
+
+cellm_result cellm_session_poll(cellm_session* session, int32_t timeout_ms, cellm_event* event) {
+    return guarded([&] {
+        cellm_session& s = require(session, "session");
+        cellm_event& out = require(event, "event");
+        require_size(out, CELLM_V1_SIZE(cellm_event, finish_reason), "cellm_event");
+        if (s.callback != nullptr) throw ArgumentError("this session's events go to its callback, not to poll");
+        // Events queued before the engine closed (its DONE events included) can still be read.
+        std::optional<SessionChannel::Event> e = s.channel->next(s.core->closed() ? 0 : timeout_ms);
+        if (!e) {
+            if (s.core->closed()) throw cellm::sdk::ClosedError("the session's engine was closed");
+            throw TimeoutError("no event within " + std::to_string(timeout_ms) + " ms");
+        }
+        s.event_text = std::move(e->text);
+        out.kind = e->kind;
+        out.text = s.event_text.c_str();
+        out.text_len = s.event_text.size();
+        out.generated_tokens = e->generated_tokens;
+        out.finish_reason = e->finish_reason;
+    });
+}
+
+cellm_result cellm_session_wait(cellm_session* session, int32_t timeout_ms) {
+    return guarded([&] {
+        cellm_session& s = require(session, "session");
+        if (s.core->closed() && !s.channel->busy()) throw cellm::sdk::ClosedError("the session's engine was closed");
+        if (!s.channel->wait_idle(timeout_ms)) {
+            throw TimeoutError("the turn did not end within " + std::to_string(timeout_ms) + " ms");
+        }
+    });
+}
+
+cellm_result cellm_session_cancel(cellm_session* session) {
+    return guarded([&] { open_core(session).cancel(session->id); });
+}
+
+cellm_result cellm_session_get_stats(cellm_session* session, cellm_session_stats* stats) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        cellm_session_stats& out = require(stats, "stats");
+        require_size(out, CELLM_V1_SIZE(cellm_session_stats, error), "cellm_session_stats");
+        const bool busy = session->channel->busy();
+        core.with_session(session->id, [&](const cellm::Session& s) {
+            const cellm::SessionResult& r = s.result();
+            out.busy = busy ? 1 : 0;
+            out.prompt_tokens = r.prompt_tokens;
+            out.cached_tokens = r.reused_tokens;
+            out.generated_tokens = static_cast<int32_t>(r.tokens.size());
+            out.preemptions = r.preemptions;
+            out.ttft_ms = r.ttft_ms;
+            out.prefill_tok_s = r.prefill_tok_s();
+            out.decode_tok_s = r.decode_tok_s();
+            // The finish reason shows once the owner has been told (DONE delivered), not before.
+            out.finish_reason = busy || r.finish_reason.empty() ? CELLM_FINISH_NONE
+                                                                 : cellm::sdk::finish_reason_of(r.finish_reason);
+            session->error = r.error;
+        });
+        out.error = session->error.c_str();
+    });
+}
+
+cellm_result cellm_session_get_text(cellm_session* session, const char** text, size_t* length) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        require(text, "text");
+        session->text = core.with_session(session->id, [](const cellm::Session& s) { return s.result().text; });
+        *text = session->text.c_str();
+        if (length != nullptr) *length = session->text.size();
+    });
+}
+
+cellm_result cellm_session_get_tokens(cellm_session* session, const int32_t** tokens, size_t* n_tokens) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        require(tokens, "tokens");
+        size_t& n = require(n_tokens, "n_tokens");
+        session->tokens = core.with_session(session->id, [](const cellm::Session& s) { return s.result().tokens; });
+        *tokens = session->tokens.data();
+        n = session->tokens.size();
+    });
+}
+
+void cellm_session_destroy(cellm_session* session) {
+    if (session == nullptr) return;
+    // A refused destroy (inside the session's own callback) keeps the handle: a leak, not a use after free.
+    if (guarded([&] { session->core->destroy(session->id); }) == CELLM_SUCCESS) delete session;
+}
+
+}  // extern "C"

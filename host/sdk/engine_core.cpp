@@ -1,0 +1,244 @@
+#include "engine_core.h"
+
+#include "error.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+namespace cellm::sdk {
+
+cellm_finish_reason finish_reason_of(const std::string& reason) {
+    if (reason == "eog") return CELLM_FINISH_EOG;
+    if (reason == "stop") return CELLM_FINISH_STOP;
+    if (reason == "length") return CELLM_FINISH_LENGTH;
+    if (reason == "context") return CELLM_FINISH_CONTEXT;
+    if (reason == "cancelled") return CELLM_FINISH_CANCELLED;
+    return CELLM_FINISH_ERROR;
+}
+
+// ---- SessionChannel ----------------------------------------------------------------------------------------
+
+SessionChannel::SessionChannel(cellm_session* handle, cellm_event_fn callback, void* user_data)
+    : handle_(handle), callback_(callback), user_data_(user_data) {}
+
+void SessionChannel::set_callback(cellm_event_fn callback, void* user_data) {
+    std::lock_guard lock(mutex_);
+    callback_ = callback;
+    user_data_ = user_data;
+}
+
+void SessionChannel::deliver(Event event) {
+    std::unique_lock lock(mutex_);
+    // Idle before anyone hears of the end, so the owner may submit the next turn from the callback on.
+    if (event.kind == CELLM_EVENT_DONE) busy_ = false;
+    if (callback_ != nullptr) {
+        const cellm_event_fn callback = callback_;
+        void* user_data = user_data_;
+        lock.unlock();  // the callback may read this session (get_stats, get_text)
+        const cellm_event e{sizeof(cellm_event), event.kind, event.text.c_str(), event.text.size(),
+                            event.generated_tokens, event.finish_reason};
+        callback(handle_, &e, user_data);
+    } else {
+        queue_.push_back(std::move(event));
+        lock.unlock();
+    }
+    changed_.notify_all();
+}
+
+std::optional<SessionChannel::Event> SessionChannel::next(int32_t timeout_ms) {
+    std::unique_lock lock(mutex_);
+    const auto ready = [&] { return !queue_.empty(); };
+    if (timeout_ms < 0) {
+        changed_.wait(lock, ready);
+    } else if (!changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
+        return std::nullopt;
+    }
+    Event e = std::move(queue_.front());
+    queue_.pop_front();
+    return e;
+}
+
+void SessionChannel::begin_turn() {
+    std::lock_guard lock(mutex_);
+    queue_.clear();  // what the owner left unread of the previous turn
+    busy_ = true;
+}
+
+bool SessionChannel::busy() const {
+    std::lock_guard lock(mutex_);
+    return busy_;
+}
+
+bool SessionChannel::wait_idle(int32_t timeout_ms) {
+    std::unique_lock lock(mutex_);
+    const auto idle = [&] { return !busy_; };
+    if (timeout_ms < 0) {
+        changed_.wait(lock, idle);
+        return true;
+    }
+    return changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms), idle);
+}
+
+// ---- EngineCore --------------------------------------------------------------------------------------------
+
+EngineCore::Lock::Lock(EngineCore& core) : core_(core) {
+    if (std::this_thread::get_id() == core_.thread_.get_id()) return;  // a callback, inside the step's lock
+    ++core_.callers_waiting_;
+    core_.wake_.notify_all();  // the scheduler thread lets callers in between two steps
+    core_.mutex_.lock();
+    --core_.callers_waiting_;
+    owns_ = true;
+}
+
+EngineCore::Lock::~Lock() {
+    if (!owns_) return;
+    core_.mutex_.unlock();
+    core_.wake_.notify_all();
+}
+
+EngineCore::EngineCore(Manifest manifest, int32_t max_sessions)
+    : manifest_(std::move(manifest)), max_sessions_(max_sessions) {
+    runtime_ = std::make_unique<Runtime>(manifest_, max_sessions_);
+    prompt_ = std::make_unique<PromptBuilder>(tokenizer(), manifest_.chat);
+    SchedulerOptions options;
+    options.token_budget = manifest_.scheduler.token_budget;
+    options.max_running = max_sessions_;
+    options.policy = {manifest_.policy.max_batch, manifest_.policy.max_tokens_per_second};
+    scheduler_ = std::make_unique<Scheduler>(runtime_->engine(), tokenizer(), options);
+    model_path_ = manifest_.model.path.string();
+    kv_blocks_ = runtime_->engine().kv_stats().blocks;
+    const auto name = runtime_->model().file().get_string("general.name");
+    model_name_ = name && !name->empty() ? *name : manifest_.model.path.stem().string();
+    thread_ = std::thread([this] { serve(); });
+}
+
+EngineCore::~EngineCore() { close(); }
+
+const char* EngineCore::chat_template() const { return chat_template_name(prompt_->kind()); }
+
+void EngineCore::serve() {
+    std::unique_lock lock(mutex_);
+    while (true) {
+        wake_.wait(lock, [&] { return closed_ || (callers_waiting_ == 0 && work_); });
+        if (closed_) break;
+        bool more = false;
+        try {
+            more = scheduler_->step();
+        } catch (const std::exception& e) {
+            spdlog::error("a step failed: {}", e.what());
+            fail_all(e.what());
+        }
+        deliver_finished();
+        if (!more) work_ = false;
+    }
+    // Closing: every running turn ends, and its owner hears so.
+    for (const auto& [id, channel] : channels_) {
+        if (channel->busy()) scheduler_->cancel(id);
+    }
+    deliver_finished();
+}
+
+void EngineCore::deliver_finished() {
+    for (const auto& [id, channel] : channels_) {
+        if (!channel->busy()) continue;
+        const Session& s = scheduler_->session(id);
+        if (s.state() != SessionState::Idle) continue;
+        channel->deliver({CELLM_EVENT_DONE, {}, static_cast<int32_t>(s.result().tokens.size()),
+                          finish_reason_of(s.result().finish_reason)});
+    }
+}
+
+void EngineCore::fail_all(const std::string& why) {
+    for (const auto& [id, channel] : channels_) scheduler_->fail(id, why);
+}
+
+void EngineCore::close() {
+    if (closed_.exchange(true)) return;
+    {
+        // Taken as a caller so that the scheduler thread, which may be stepping, lets go between two steps and
+        // sees closed_ under the lock (no lost wake-up); it then ends every turn and stops.
+        Lock lock(*this);
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard lock(mutex_);
+    channels_.clear();
+    scheduler_.reset();
+    prompt_.reset();
+    runtime_.reset();
+}
+
+void EngineCore::check_open() const {
+    if (closed_) throw ClosedError("the engine was closed");
+}
+
+SchedulerStats EngineCore::stats() {
+    Lock lock(*this);
+    check_open();
+    return scheduler_->stats();
+}
+
+SessionOptions EngineCore::wired(SessionOptions options, SessionId id) {
+    // Text streams to the channel with the turn's token count; the session's id is known only once created.
+    options.on_text = [this, id](std::string_view text) {
+        const auto& channel = channels_.at(id);
+        const auto generated = static_cast<int32_t>(scheduler_->session(id).result().tokens.size());
+        channel->deliver({CELLM_EVENT_TEXT, std::string(text), generated, CELLM_FINISH_NONE});
+    };
+    return options;
+}
+
+SessionId EngineCore::create(SessionOptions options, std::shared_ptr<SessionChannel> channel) {
+    Lock lock(*this);
+    check_open();
+    const SessionId id = scheduler_->create(options);
+    scheduler_->reconfigure(id, wired(std::move(options), id));
+    channels_.emplace(id, std::move(channel));
+    return id;
+}
+
+void EngineCore::reconfigure(SessionId id, SessionOptions options) {
+    Lock lock(*this);
+    check_open();
+    if (channels_.at(id)->busy()) throw BusyError("the session is still generating");
+    scheduler_->reconfigure(id, wired(std::move(options), id));
+}
+
+SessionId EngineCore::fork(SessionId id, SessionOptions options, std::shared_ptr<SessionChannel> channel) {
+    Lock lock(*this);
+    check_open();
+    if (channels_.at(id)->busy()) throw BusyError("a session can only be forked between turns");
+    const SessionId copy = scheduler_->fork(id, options);
+    scheduler_->reconfigure(copy, wired(std::move(options), copy));
+    channels_.emplace(copy, std::move(channel));
+    return copy;
+}
+
+void EngineCore::submit(SessionId id, std::vector<int32_t> prompt) {
+    Lock lock(*this);
+    check_open();
+    const auto& channel = channels_.at(id);
+    if (channel->busy()) throw BusyError("the session is still generating its previous turn");
+    scheduler_->submit(id, std::move(prompt));
+    channel->begin_turn();
+    work_ = true;
+}
+
+void EngineCore::cancel(SessionId id) {
+    Lock lock(*this);
+    check_open();
+    scheduler_->cancel(id);
+    work_ = true;  // the scheduler thread delivers the DONE event
+}
+
+void EngineCore::destroy(SessionId id) {
+    if (std::this_thread::get_id() == thread_.get_id()) throw Error("a session cannot be destroyed inside an event callback");
+    Lock lock(*this);
+    if (closed_) return;  // close() already freed every session
+    scheduler_->destroy(id);
+    channels_.erase(id);
+    work_ = true;  // a waiting session may fit in the blocks it gave back
+}
+
+}  // namespace cellm::sdk

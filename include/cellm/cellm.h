@@ -1,0 +1,280 @@
+/* cellm.h: the embedding API of cellm (libcellm.so). Plain C99; an application includes this header and links
+ * -lcellm, nothing else. It is separate from the plugin ABI in abi/cellm/: plugins never see it.
+ *
+ * The model: an engine is opened from a manifest (the same TOML that cellm-host runs). It owns the plugins, the
+ * model, the backend, the paged KV cache and one scheduler thread that runs continuous-batching steps. Sessions
+ * are conversations on that engine: submit a prompt (text, chat messages or tokens), receive the generated text
+ * as events (through a callback or by polling), cancel, read statistics. Every session with work goes into the
+ * same steps, so many sessions on one engine are batched together.
+ *
+ * Conventions:
+ *  - Functions that can fail return cellm_result. On failure, cellm_last_error() gives one line saying why.
+ *  - Structs the caller fills start with struct_size; set it with the matching *_init function (or sizeof) so
+ *    that a newer library can read an older caller's struct. Structs only grow at the end within a major.
+ *  - Strings and arrays passed in are copied before the call returns; the caller keeps ownership.
+ *  - Strings and arrays handed out are owned by the object that handed them out and stay valid for the time
+ *    written at the function.
+ *  - Threading: the engine functions may be called from any thread at once. A session handle is used by one
+ *    thread at a time, except cellm_session_cancel, which any thread may call at any time (callbacks included).
+ *    Event callbacks run on the engine's scheduler thread.
+ *  - Handles: a NULL handle gets CELLM_E_INVALID_ARGUMENT, never a crash. A closed engine's sessions stay valid
+ *    handles until they are destroyed: their calls return CELLM_E_CLOSED, except that cellm_session_poll still
+ *    hands out the events queued before the close (the DONE of a turn the close ended among them).
+ */
+#ifndef CELLM_CELLM_H
+#define CELLM_CELLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CELLM_SDK_VERSION_MAJOR 1
+#define CELLM_SDK_VERSION_MINOR 0
+
+#if defined(_WIN32)
+#define CELLM_API __declspec(dllexport)
+#else
+#define CELLM_API __attribute__((visibility("default")))
+#endif
+
+/* ---- Results and errors ------------------------------------------------------------------------------ */
+
+typedef enum cellm_result {
+    CELLM_SUCCESS = 0,
+    CELLM_E_INVALID_ARGUMENT = 1, /* NULL handle or pointer, struct_size too small, a value out of range */
+    CELLM_E_MANIFEST = 2,         /* the manifest file or text does not parse or validate */
+    CELLM_E_LOAD = 3,             /* plugins, model or backend could not be set up */
+    CELLM_E_PROMPT = 4,           /* the prompt can never run: empty, too long for the context or the KV pool,
+                                     messages the chat template cannot render */
+    CELLM_E_BUSY = 5,             /* the session is still generating its previous turn */
+    CELLM_E_CLOSED = 6,           /* the engine was closed */
+    CELLM_E_TIMEOUT = 7,          /* a wait or poll ran out of time (nothing is wrong with the session) */
+    CELLM_E_INTERNAL = 8          /* anything else; the message says what */
+} cellm_result;
+
+/* The message of the last call on this thread that failed (CELLM_E_TIMEOUT included), one line; "" when none
+ * has. Owned by the library; valid until the next call on this thread that fails. */
+CELLM_API const char* cellm_last_error(void);
+
+/* A stable name for a result ("CELLM_E_PROMPT"); never NULL. Static storage. */
+CELLM_API const char* cellm_result_name(cellm_result result);
+
+/* This library's SDK version; a caller compiled against a newer minor can check what it may use. */
+CELLM_API void cellm_version(int32_t* major, int32_t* minor);
+
+/* ---- Engine ------------------------------------------------------------------------------------------ */
+
+typedef struct cellm_engine cellm_engine;
+
+typedef struct cellm_engine_options {
+    size_t struct_size;
+    /* Exactly one of these two. A path is read like `cellm-host run --manifest`; text is parsed as if it were
+     * a file in the current folder (relative model paths resolve from there). Borrowed for the call. */
+    const char* manifest_path;
+    const char* manifest_text;
+    /* Overrides of the manifest, as cellm-host's flags; NULL or 0 keeps the manifest's value. */
+    const char* model_path;  /* [model].path */
+    const char* backend;     /* [backend].name: any backend plugin, e.g. "scalar", "openblas", "vulkan" */
+    int32_t threads;         /* [backend].threads */
+    int32_t context_length;  /* [context].length: tokens per session */
+    int32_t max_sessions;    /* [scheduler].max_running: sessions in the steps at once; without
+                                [context].kv_memory_mib the KV pool holds this many full contexts */
+    const char* plugin_path; /* one more folder to search for plugins */
+} cellm_engine_options;
+
+/* Zeroes *options and sets struct_size. */
+CELLM_API void cellm_engine_options_init(cellm_engine_options* options);
+
+/* Loads everything the manifest names and starts the scheduler thread. On success *engine is a new handle the
+ * caller owns (release it with cellm_engine_close); on failure *engine is NULL. Loading a model takes time:
+ * call it off any thread that must stay responsive. */
+CELLM_API cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine** engine);
+
+/* Ends every running turn (each session gets its CELLM_EVENT_DONE, finish reason CANCELLED), stops the
+ * scheduler thread and frees the model. Sessions still alive become closed handles, to be destroyed by their
+ * owner. NULL is ignored. Must not be called from an event callback. */
+CELLM_API void cellm_engine_close(cellm_engine* engine);
+
+typedef struct cellm_engine_info {
+    size_t struct_size;
+    /* Owned by the engine, valid until cellm_engine_close. */
+    const char* model_name;    /* general.name, or the file name without its extension */
+    const char* model_path;
+    const char* arch;          /* arch plugin, e.g. "llama" */
+    const char* backend;       /* backend plugin, e.g. "openblas" */
+    const char* chat_template; /* "chatml", "llama3", "gemma" or "plain" */
+    int32_t n_vocab;
+    int32_t context_length;    /* tokens per session */
+    int32_t max_sessions;
+    int32_t kv_blocks;         /* KV pool size in blocks */
+    int32_t kv_block_size;     /* tokens per block */
+    int64_t kv_bytes_per_token;
+    int32_t model_has_chat_template; /* the model file carries its own chat template (tokenizer.chat_template) */
+} cellm_engine_info;
+
+CELLM_API cellm_result cellm_engine_get_info(const cellm_engine* engine, cellm_engine_info* info);
+
+typedef struct cellm_engine_stats {
+    size_t struct_size;
+    int32_t sessions;          /* alive */
+    int32_t running;           /* admitted into the steps */
+    int32_t waiting;           /* with a prompt, not admitted yet (or preempted) */
+    int32_t kv_blocks, kv_blocks_used, kv_blocks_free;
+    int64_t prefix_hit_tokens; /* prompt tokens taken from the prefix cache instead of computed, ever */
+    int64_t steps;             /* scheduler steps run */
+    int64_t batched_tokens;    /* tokens computed over all steps */
+    int64_t preemptions;
+    int64_t copied_blocks;     /* copy-on-write copies of shared KV blocks */
+} cellm_engine_stats;
+
+/* A snapshot between two steps. */
+CELLM_API cellm_result cellm_engine_get_stats(cellm_engine* engine, cellm_engine_stats* stats);
+
+/* Token ids of `text` with the engine's tokenizer: BOS as the model asks when add_special is non-zero, and
+ * special-token text read as those tokens. Writes at most `capacity` ids; *n_tokens gets the full count, so a
+ * call with capacity 0 asks for the size. */
+CELLM_API cellm_result cellm_engine_tokenize(const cellm_engine* engine, const char* text, int32_t add_special,
+                                             int32_t* tokens, size_t capacity, size_t* n_tokens);
+
+/* Calls `fn` once per backend plugin found in the default folders (next to the library, CELLM_PLUGIN_PATH) and
+ * in `plugin_path` (may be NULL). The strings are valid during the call only. */
+typedef void (*cellm_backend_fn)(const char* name, const char* description, void* user_data);
+CELLM_API cellm_result cellm_list_backends(const char* plugin_path, cellm_backend_fn fn, void* user_data);
+
+/* ---- Sessions ---------------------------------------------------------------------------------------- */
+
+typedef struct cellm_session cellm_session;
+
+typedef enum cellm_finish_reason {
+    CELLM_FINISH_NONE = 0,      /* no turn has ended yet, or one is running */
+    CELLM_FINISH_EOG = 1,       /* the model ended its answer (an end-of-generation token) */
+    CELLM_FINISH_STOP = 2,      /* a stop string appeared (it is not part of the text) */
+    CELLM_FINISH_LENGTH = 3,    /* max_tokens were generated */
+    CELLM_FINISH_CONTEXT = 4,   /* the context is full */
+    CELLM_FINISH_CANCELLED = 5, /* cellm_session_cancel, or the engine closed */
+    CELLM_FINISH_ERROR = 6      /* the turn failed; cellm_session_stats.error says why */
+} cellm_finish_reason;
+
+/* "eog", "stop", "length", "context", "cancelled", "error", or "" for NONE. Static storage. */
+CELLM_API const char* cellm_finish_reason_name(cellm_finish_reason reason);
+
+typedef enum cellm_event_kind {
+    CELLM_EVENT_TEXT = 1, /* more generated text */
+    CELLM_EVENT_DONE = 2  /* the turn ended; finish_reason says how. The last event of every turn. */
+} cellm_event_kind;
+
+typedef struct cellm_event {
+    size_t struct_size;
+    cellm_event_kind kind;
+    /* TEXT: complete UTF-8 characters, NUL-terminated, never part of a stop string. DONE: "". Owned by the
+     * library: valid during the callback, or until the next cellm_session_poll on this session. */
+    const char* text;
+    size_t text_len;
+    int32_t generated_tokens;          /* this turn so far */
+    cellm_finish_reason finish_reason; /* DONE only */
+} cellm_event;
+
+/* Receives a session's events on the engine's scheduler thread, in order. It must return quickly (the step of
+ * every session waits for it) and may call cellm_session_cancel and the get_* functions of any session. */
+typedef void (*cellm_event_fn)(cellm_session* session, const cellm_event* event, void* user_data);
+
+typedef struct cellm_session_options {
+    size_t struct_size;
+    const char* name;         /* shown in logs and errors; copied */
+    /* Sampling, in llama.cpp's order: penalties, top-k, top-p, min-p, temperature, seeded draw. */
+    float temperature;        /* 0: greedy */
+    int32_t top_k;            /* <= 0: off */
+    float top_p;              /* 1: off */
+    float min_p;              /* 0: off */
+    float repeat_penalty;     /* 1: off; over the last repeat_last_n tokens of the context */
+    int32_t repeat_last_n;
+    float frequency_penalty;  /* 0: off; subtracted once per earlier occurrence (same window) */
+    float presence_penalty;   /* 0: off; subtracted once if the token occurred (same window) */
+    uint64_t seed;            /* same seed and settings, same tokens */
+    int32_t max_tokens;       /* >= 1 */
+    const char* const* stop;  /* n_stop stop strings, copied */
+    size_t n_stop;
+    int32_t priority;         /* higher is served first when the scheduler must choose; 1 interactive, 0 background */
+    /* NULL: events queue up for cellm_session_poll. Otherwise every event goes to on_event and none queue. */
+    cellm_event_fn on_event;
+    void* user_data;          /* passed to on_event; the caller owns it and keeps it alive while the session is */
+} cellm_session_options;
+
+/* Fills *options with the manifest's [sampling] defaults; without a seed in the manifest, each call draws a new
+ * one, so sessions do not sample alike. */
+CELLM_API cellm_result cellm_session_options_init(const cellm_engine* engine, cellm_session_options* options);
+
+/* A new idle session; the caller owns *session and releases it with cellm_session_destroy (before or after
+ * the engine is closed). `options` may be NULL for the manifest's defaults. */
+CELLM_API cellm_result cellm_session_create(cellm_engine* engine, const cellm_session_options* options,
+                                            cellm_session** session);
+
+/* New settings for the next turn of an idle session (CELLM_E_BUSY while a turn runs). */
+CELLM_API cellm_result cellm_session_configure(cellm_session* session, const cellm_session_options* options);
+
+/* A new idle session with this one's settings (on_event and user_data included) and its cached context: the
+ * KV blocks are shared
+ * (copy-on-write), so a turn on the fork that starts with the same conversation computes only what is new.
+ * The source must be idle. The caller owns *fork. */
+CELLM_API cellm_result cellm_session_fork(cellm_session* session, cellm_session** fork);
+
+/* Starts a turn. Each call gives the whole conversation so far; what an earlier turn (or another session's
+ * identical prefix) left in the KV cache is reused, not computed again. Returns at once; text arrives as events.
+ * CELLM_E_BUSY while a turn runs, CELLM_E_PROMPT when the prompt can never run. */
+CELLM_API cellm_result cellm_session_submit_text(cellm_session* session, const char* text); /* as is, BOS as the model asks */
+
+typedef struct cellm_message {
+    const char* role;    /* "system", "user" or "assistant" */
+    const char* content;
+} cellm_message;
+/* Rendered with the model's chat template (the manifest's [chat] settings) with the generation prompt. */
+CELLM_API cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages);
+CELLM_API cellm_result cellm_session_submit_tokens(cellm_session* session, const int32_t* tokens, size_t n_tokens);
+
+/* The next event of a session without on_event: CELLM_SUCCESS with *event filled, or CELLM_E_TIMEOUT when none
+ * came within timeout_ms (0: do not wait; negative: wait as long as it takes). A session with on_event gets
+ * CELLM_E_INVALID_ARGUMENT. Events of a turn left unread are dropped when the next turn is submitted. */
+CELLM_API cellm_result cellm_session_poll(cellm_session* session, int32_t timeout_ms, cellm_event* event);
+
+/* Waits until the current turn has ended (at once when idle); CELLM_E_TIMEOUT after timeout_ms (negative:
+ * no limit). Queued events stay queued. */
+CELLM_API cellm_result cellm_session_wait(cellm_session* session, int32_t timeout_ms);
+
+/* Ends the running turn now (finish reason CANCELLED) and returns its KV blocks to the pool; nothing when idle.
+ * Any thread, any time, from a callback too. */
+CELLM_API cellm_result cellm_session_cancel(cellm_session* session);
+
+typedef struct cellm_session_stats {
+    size_t struct_size;
+    int32_t busy;                      /* a turn is running */
+    int32_t prompt_tokens;             /* of the current or last turn */
+    int32_t cached_tokens;             /* of those, taken from the KV cache (earlier turns, shared prefixes) */
+    int32_t generated_tokens;
+    int32_t preemptions;
+    double ttft_ms;                    /* submit to first generated token */
+    double prefill_tok_s;              /* computed prompt tokens per second until the first token */
+    double decode_tok_s;               /* generated tokens per second after the first */
+    cellm_finish_reason finish_reason;
+    const char* error;                 /* "" unless finish_reason is ERROR; valid until the next call on this session */
+} cellm_session_stats;
+
+CELLM_API cellm_result cellm_session_get_stats(cellm_session* session, cellm_session_stats* stats);
+
+/* The text generated in the current or last turn so far (stop strings excluded), NUL-terminated, and its
+ * token ids (an ending end-of-generation token excluded). Owned by the session; valid until the next call on
+ * this session. */
+CELLM_API cellm_result cellm_session_get_text(cellm_session* session, const char** text, size_t* length);
+CELLM_API cellm_result cellm_session_get_tokens(cellm_session* session, const int32_t** tokens, size_t* n_tokens);
+
+/* Cancels the running turn, frees the session's KV blocks and the handle. NULL is ignored. Not from inside this
+ * session's own callback. */
+CELLM_API void cellm_session_destroy(cellm_session* session);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CELLM_CELLM_H */
