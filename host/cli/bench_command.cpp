@@ -10,7 +10,7 @@
 #include "manifest_overrides.h"
 
 #include "runtime.h"
-#include "scheduler.h"
+#include "schedule/scheduler.h"
 
 #include <nlohmann/json.hpp>
 #include <sys/resource.h>

@@ -4,12 +4,12 @@
 #include "commands.h"
 
 #include "blocks.h"
-#include "cellm_writer.h"
-#include "engine.h"
+#include "model/cellm_writer.h"
+#include "engine/engine.h"
 #include "error.h"
-#include "model.h"
-#include "model_file.h"
-#include "plugin_registry.h"
+#include "model/model.h"
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
 
 #include <spdlog/spdlog.h>
 

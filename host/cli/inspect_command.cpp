@@ -2,10 +2,10 @@
 #include "commands.h"
 
 #include "error.h"
-#include "host_api.h"
-#include "model_file.h"
-#include "plugin_registry.h"
-#include "tokenizer.h"
+#include "plugin/host_api.h"
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
+#include "tokenize/tokenizer.h"
 
 #include <cstdio>
 #include <map>

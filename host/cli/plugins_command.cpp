@@ -1,9 +1,9 @@
 // cellm-host plugins: what discovery found, what each plugin supports, and which files it skipped and why.
 #include "commands.h"
 
-#include "backend.h"
-#include "model_file.h"
-#include "plugin_registry.h"
+#include "plugin/backend.h"
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
 
 #include <spdlog/spdlog.h>
 
@@ -72,7 +72,7 @@ Command add_plugins(CLI::App& app) {
         }
         for (const SkippedFile& s : registry.skipped()) std::printf("skipped  %s: %s\n", s.file.c_str(), s.reason.c_str());
         if (registry.all().empty()) std::printf("no plugins found (searched %s/plugins and CELLM_PLUGIN_PATH)\n",
-                                                executable_dir().c_str());
+                                                host_dir().c_str());
         return 0;
     };
 }

@@ -1,19 +1,17 @@
 // cellm-host run: one prompt (--prompt), or every [[session]] of the manifest served concurrently by the
-// scheduler. Output streams as it is produced, each line prefixed by its session's name when there are
-// several; a summary follows (or one JSON object with --json).
+// engine's scheduler, through libcellm. Output streams as it is produced, each line prefixed by its session's
+// name when there are several; a summary follows (or one JSON object with --json).
 #include "commands.h"
 #include "manifest_overrides.h"
+#include "sdk_engine.h"
 
 #include "error.h"
-#include "prompt.h"
-#include "runtime.h"
-#include "scheduler.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <map>
 #include <iostream>
+#include <map>
 
 namespace cellm::cli {
 
@@ -46,33 +44,55 @@ private:
     std::map<std::string, std::string> pending_;
 };
 
-SessionOptions session_options(const std::string& name, const GenerationConfig& generation, int32_t priority) {
-    SessionOptions o;
+// What a session's events do on the terminal; events arrive on the engine's thread.
+struct Listener {
+    PrefixedOutput* output = nullptr;  // null: one session, printed as is
+    std::string name;
+};
+
+void on_event(cellm_session*, const cellm_event* event, void* user_data) {
+    const auto* listener = static_cast<const Listener*>(user_data);
+    if (listener->output == nullptr) {
+        std::fwrite(event->text, 1, event->text_len, stdout);
+        std::fflush(stdout);
+    } else if (event->kind == CELLM_EVENT_TEXT) {
+        listener->output->write(listener->name, {event->text, event->text_len});
+    } else {
+        listener->output->finish(listener->name);
+    }
+}
+
+// One session's turn as the summary and the JSON report see it.
+struct Outcome {
+    std::string name, text, error;
+    std::vector<int32_t> tokens;
+    cellm_session_stats stats{};
+};
+
+Outcome outcome_of(cellm_session* session, const std::string& name) {
+    Outcome o;
     o.name = name;
-    o.sampling = generation.sampling;
-    o.max_tokens = generation.max_tokens;
-    o.stop = generation.stop;
-    o.priority = priority;
+    o.stats.struct_size = sizeof(o.stats);
+    check(cellm_session_get_stats(session, &o.stats));
+    o.error = o.stats.error;
+    const char* text = nullptr;
+    size_t length = 0;
+    check(cellm_session_get_text(session, &text, &length));
+    o.text.assign(text, length);
+    const int32_t* tokens = nullptr;
+    size_t n = 0;
+    check(cellm_session_get_tokens(session, &tokens, &n));
+    o.tokens.assign(tokens, tokens + n);
     return o;
 }
 
-nlohmann::json kv_json(const SchedulerStats& st, const Engine& engine) {
-    return {{"blocks", st.kv.blocks},
-            {"blocks_used", st.kv.used},
-            {"blocks_free", st.kv.free},
-            {"block_size", engine.kv_cache().block_size()},
-            {"bytes_per_token", engine.kv_cache().bytes_per_token()},
-            {"prefix_hit_tokens", st.kv.prefix_hit_tokens},
-            {"copied_blocks", st.kv.copied_blocks},
-            {"preemptions", st.preemptions},
-            {"steps", st.steps}};
-}
-
 // The summary line of one session, on stderr so stdout keeps only generated text.
-void print_summary(const std::string& name, const SessionResult& r) {
-    std::fprintf(stderr, "%s%sprompt %d tokens (%d cached) | first token %.1f ms | %zu tokens, %.1f tok/s | %s%s%s\n",
-                 name.c_str(), name.empty() ? "" : ": ", r.prompt_tokens, r.reused_tokens, r.ttft_ms, r.tokens.size(),
-                 r.decode_tok_s(), r.finish_reason.c_str(), r.error.empty() ? "" : ": ", r.error.c_str());
+void print_summary(const Outcome& o) {
+    const cellm_session_stats& r = o.stats;
+    std::fprintf(stderr, "%s%sprompt %d tokens (%d cached) | first token %.1f ms | %d tokens, %.1f tok/s | %s%s%s\n",
+                 o.name.c_str(), o.name.empty() ? "" : ": ", r.prompt_tokens, r.cached_tokens, r.ttft_ms,
+                 r.generated_tokens, r.decode_tok_s, cellm_finish_reason_name(r.finish_reason),
+                 o.error.empty() ? "" : ": ", o.error.c_str());
 }
 
 }  // namespace
@@ -105,104 +125,103 @@ Command add_run(CLI::App& app) {
             manifest.sessions = {s};
         }
         const auto n_sessions = static_cast<int32_t>(manifest.sessions.size());
-        Runtime runtime(manifest, std::min(n_sessions, manifest.scheduler.max_running));
-        const Tokenizer& tokenizer = runtime.model().tokenizer();
-        PromptBuilder prompt(tokenizer, manifest.chat);
-
-        SchedulerOptions options;
-        options.token_budget = manifest.scheduler.token_budget;
-        options.max_running = manifest.scheduler.max_running;
-        options.policy = {manifest.policy.max_batch, manifest.policy.max_tokens_per_second};
-        Scheduler scheduler(runtime.engine(), tokenizer, options);
+        EnginePtr engine = open_engine(o->manifest, std::min(n_sessions, manifest.scheduler.max_running));
+        cellm_engine_info info{};
+        info.struct_size = sizeof(info);
+        check(cellm_engine_get_info(engine.get(), &info));
 
         PrefixedOutput output;
-        std::vector<SessionId> ids;
-        for (const SessionConfig& s : manifest.sessions) {
-            SessionOptions so = session_options(s.name, s.generation, s.priority);
+        std::vector<Listener> listeners(manifest.sessions.size());
+        std::vector<SessionPtr> sessions;
+        for (size_t i = 0; i < manifest.sessions.size(); ++i) {
+            const SessionConfig& s = manifest.sessions[i];
+            auto settings = session_settings(s.generation, s.priority);
+            settings->options.name = s.name.c_str();
             if (!o->json) {
-                if (single) {
-                    so.on_text = [](std::string_view text) {
-                        std::fwrite(text.data(), 1, text.size(), stdout);
-                        std::fflush(stdout);
-                    };
-                } else {
-                    so.on_text = [&output, name = s.name](std::string_view text) { output.write(name, text); };
-                }
+                listeners[i] = {single ? nullptr : &output, s.name};
+                settings->options.on_event = on_event;
+                settings->options.user_data = &listeners[i];
             }
-            const SessionId id = scheduler.create(std::move(so));
-            const bool use_chat = s.chat.value_or(!tokenizer.chat_template().empty());
-            const ChatMessage message{"user", s.prompt};
-            scheduler.submit(id, use_chat ? prompt.chat_tokens({&message, 1}) : prompt.raw_tokens(s.prompt));
-            ids.push_back(id);
-        }
-        // Step by hand so a session's last line shows as soon as it ends, not after the slowest one.
-        std::vector<bool> shown(ids.size(), false);
-        while (scheduler.step()) {
-            for (size_t i = 0; i < ids.size(); ++i) {
-                if (!shown[i] && scheduler.session(ids[i]).state() == SessionState::Idle) {
-                    if (!single && !o->json) output.finish(manifest.sessions[i].name);
-                    shown[i] = true;
-                }
+            cellm_session* session = nullptr;
+            check(cellm_session_create(engine.get(), &settings->options, &session));
+            sessions.emplace_back(session);
+            if (s.chat.value_or(info.model_has_chat_template != 0)) {
+                const cellm_message message{"user", s.prompt.c_str()};
+                check(cellm_session_submit_chat(session, &message, 1));
+            } else {
+                check(cellm_session_submit_text(session, s.prompt.c_str()));
             }
         }
-        for (size_t i = 0; i < ids.size(); ++i) {
-            if (!shown[i] && !single && !o->json) output.finish(manifest.sessions[i].name);
-        }
-        const SchedulerStats stats = scheduler.stats();
+        for (const SessionPtr& s : sessions) check(cellm_session_wait(s.get(), -1));
 
+        std::vector<Outcome> outcomes;
         bool failed = false;
-        for (SessionId id : ids) failed = failed || scheduler.session(id).result().finish_reason == "error";
+        for (size_t i = 0; i < sessions.size(); ++i) {
+            outcomes.push_back(outcome_of(sessions[i].get(), manifest.sessions[i].name));
+            failed = failed || outcomes.back().stats.finish_reason == CELLM_FINISH_ERROR;
+        }
+        cellm_engine_stats stats{};
+        stats.struct_size = sizeof(stats);
+        check(cellm_engine_get_stats(engine.get(), &stats));
+
         const auto dump = [](const nlohmann::json& out) {
             // A reply cut by max_tokens can end inside a UTF-8 character: replace rather than fail.
             std::cout << out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
         };
         if (single) {
-            const SessionResult& r = scheduler.session(ids[0]).result();
+            const Outcome& r = outcomes[0];
             if (o->json) {
                 dump({{"text", r.text},
                       {"tokens", r.tokens},
-                      {"prompt_tokens", r.prompt_tokens},
+                      {"prompt_tokens", r.stats.prompt_tokens},
                       {"generated_tokens", r.tokens.size()},
-                      {"ttft_ms", r.ttft_ms},
-                      {"prefill_tok_s", r.prefill_tok_s()},
-                      {"decode_tok_s", r.decode_tok_s()},
-                      {"finish_reason", r.finish_reason},
-                      {"backend", runtime.backend().name()},
-                      {"model", manifest.model.path.string()}});
+                      {"ttft_ms", r.stats.ttft_ms},
+                      {"prefill_tok_s", r.stats.prefill_tok_s},
+                      {"decode_tok_s", r.stats.decode_tok_s},
+                      {"finish_reason", cellm_finish_reason_name(r.stats.finish_reason)},
+                      {"backend", info.backend},
+                      {"model", info.model_path}});
             } else {
                 std::fprintf(stderr, "\n\n");
-                print_summary("", r);
+                print_summary(r);
             }
             if (failed) throw cellm::Error(r.error);
             return 0;
         }
 
         if (o->json) {
-            nlohmann::json sessions = nlohmann::json::array();
-            for (SessionId id : ids) {
-                const Session& s = scheduler.session(id);
-                const SessionResult& r = s.result();
-                sessions.push_back({{"name", s.options().name},
-                                    {"text", r.text},
-                                    {"tokens", r.tokens.size()},
-                                    {"token_ids", r.tokens},
-                                    {"prompt_tokens", r.prompt_tokens},
-                                    {"cached_tokens", r.reused_tokens},
-                                    {"ttft_ms", r.ttft_ms},
-                                    {"decode_tok_s", r.decode_tok_s()},
-                                    {"preemptions", r.preemptions},
-                                    {"finish_reason", r.finish_reason},
-                                    {"error", r.error}});
+            nlohmann::json list = nlohmann::json::array();
+            for (const Outcome& r : outcomes) {
+                list.push_back({{"name", r.name},
+                                {"text", r.text},
+                                {"tokens", r.tokens.size()},
+                                {"token_ids", r.tokens},
+                                {"prompt_tokens", r.stats.prompt_tokens},
+                                {"cached_tokens", r.stats.cached_tokens},
+                                {"ttft_ms", r.stats.ttft_ms},
+                                {"decode_tok_s", r.stats.decode_tok_s},
+                                {"preemptions", r.stats.preemptions},
+                                {"finish_reason", cellm_finish_reason_name(r.stats.finish_reason)},
+                                {"error", r.error}});
             }
-            dump({{"sessions", sessions},
-                  {"kv", kv_json(stats, runtime.engine())},
-                  {"backend", runtime.backend().name()},
-                  {"model", manifest.model.path.string()}});
+            dump({{"sessions", list},
+                  {"kv",
+                   {{"blocks", stats.kv_blocks},
+                    {"blocks_used", stats.kv_blocks_used},
+                    {"blocks_free", stats.kv_blocks_free},
+                    {"block_size", info.kv_block_size},
+                    {"bytes_per_token", info.kv_bytes_per_token},
+                    {"prefix_hit_tokens", stats.prefix_hit_tokens},
+                    {"copied_blocks", stats.copied_blocks},
+                    {"preemptions", stats.preemptions},
+                    {"steps", stats.steps}}},
+                  {"backend", info.backend},
+                  {"model", info.model_path}});
         } else {
             std::fprintf(stderr, "\n");
-            for (SessionId id : ids) print_summary(scheduler.session(id).options().name, scheduler.session(id).result());
+            for (const Outcome& r : outcomes) print_summary(r);
             std::fprintf(stderr, "KV: %d of %d blocks used, %lld prompt tokens from the prefix cache, %lld preemptions\n",
-                         stats.kv.used, stats.kv.blocks, static_cast<long long>(stats.kv.prefix_hit_tokens),
+                         stats.kv_blocks_used, stats.kv_blocks, static_cast<long long>(stats.prefix_hit_tokens),
                          static_cast<long long>(stats.preemptions));
         }
         if (failed) throw cellm::Error("a session failed (see its summary)");

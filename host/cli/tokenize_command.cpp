@@ -1,9 +1,9 @@
 // cellm-host tokenize: the ids (and pieces) of a text. Needs only the tokenizer metadata of a model file.
 #include "commands.h"
 
-#include "model_file.h"
-#include "plugin_registry.h"
-#include "tokenizer.h"
+#include "model/model_file.h"
+#include "plugin/plugin_registry.h"
+#include "tokenize/tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
