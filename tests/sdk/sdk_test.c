@@ -1,0 +1,1205 @@
+/* sdk_test: libcellm as a C application uses it, through include/cellm/cellm.h alone.
+ *
+ *   sdk_test CASE --host CELLM_HOST --manifest MANIFEST [--model MODEL]
+ *
+ * Each CASE is one ctest entry. Greedy tokens are never written down here: they are compared with what
+ * `cellm-host run --json` generates for the same manifest, prompt and settings. MODEL is the synthetic model
+ * the manifest names, for the cases that write manifests of their own. Exit status: 0 pass, 1 fail, 77 skip.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include <cellm/cellm.h>
+
+#include <pthread.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+enum { MAX_IDS = 512, EXIT_SKIP = 77 };
+
+typedef struct {
+    int32_t ids[MAX_IDS];
+    size_t n;
+} token_list;
+
+static struct {
+    const char* host;
+    const char* manifest;
+    const char* model;
+} cfg;
+
+/* ---- Checks ---------------------------------------------------------------------------------------------- */
+
+static pthread_mutex_t report_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int failures;
+
+static int check_at(int ok, const char* file, int line, const char* fmt, ...) {
+    if (ok) return 1;
+    va_list args;
+    va_start(args, fmt);
+    pthread_mutex_lock(&report_mutex);
+    ++failures;
+    fprintf(stderr, "FAIL %s:%d: ", file, line);
+    vfprintf(stderr, fmt, args);
+    fputc('\n', stderr);
+    pthread_mutex_unlock(&report_mutex);
+    va_end(args);
+    return 0;
+}
+
+/* A failed requirement ends the case at once. _Exit: the objects left open would only add leak reports. */
+static _Noreturn void abort_case(void) {
+    fprintf(stderr, "FAIL (case stopped)\n");
+    fflush(stdout);
+    fflush(stderr);
+    _Exit(1);
+}
+
+#define CHECK(cond, ...) check_at((cond) != 0, __FILE__, __LINE__, __VA_ARGS__)
+#define REQUIRE(cond, ...)                           \
+    do {                                             \
+        if (!CHECK(cond, __VA_ARGS__)) abort_case(); \
+    } while (0)
+
+/* `got` must be `want`; a failure must leave a message in cellm_last_error(), containing `needle` if given. */
+static int expect_result_at(cellm_result got, cellm_result want, const char* needle, const char* call, const char* file,
+                            int line) {
+    char why[1024];
+    snprintf(why, sizeof why, "%s", cellm_last_error()); /* copied: the next cellm_* call may end its life */
+    if (got != want) {
+        return check_at(0, file, line, "%s returned %s, expected %s (last error: \"%s\")", call, cellm_result_name(got),
+                        cellm_result_name(want), why);
+    }
+    if (want == CELLM_SUCCESS) return 1;
+    if (!check_at(why[0] != '\0', file, line, "%s returned %s but cellm_last_error() is empty", call,
+                  cellm_result_name(got))) {
+        return 0;
+    }
+    return needle == NULL || check_at(strstr(why, needle) != NULL, file, line,
+                                      "%s: expected \"%s\" in the error \"%s\"", call, needle, why);
+}
+
+#define EXPECT_RESULT(call, want) expect_result_at((call), (want), NULL, #call, __FILE__, __LINE__)
+#define EXPECT_ERROR(call, want, needle) expect_result_at((call), (want), (needle), #call, __FILE__, __LINE__)
+#define OK(call)                                                                                     \
+    do {                                                                                             \
+        if (!expect_result_at((call), CELLM_SUCCESS, NULL, #call, __FILE__, __LINE__)) abort_case(); \
+    } while (0)
+
+static void format_ids(const token_list* t, char* out, size_t capacity) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < t->n && used + 16 < capacity; ++i) {
+        used += (size_t)snprintf(out + used, capacity - used, "%s%d", i == 0 ? "" : " ", (int)t->ids[i]);
+    }
+}
+
+static int same_tokens_at(const token_list* got, const token_list* want, const char* what, const char* file, int line) {
+    if (got->n == want->n && memcmp(got->ids, want->ids, got->n * sizeof got->ids[0]) == 0) return 1;
+    char a[4096], b[4096];
+    format_ids(got, a, sizeof a);
+    format_ids(want, b, sizeof b);
+    return check_at(0, file, line, "%s: tokens differ\n  got      (%zu): %s\n  expected (%zu): %s", what, got->n, a,
+                    want->n, b);
+}
+#define SAME_TOKENS(got, want, what) same_tokens_at((got), (want), (what), __FILE__, __LINE__)
+
+static void deadline_in(struct timespec* t, int seconds) {
+    clock_gettime(CLOCK_REALTIME, t);
+    t->tv_sec += seconds;
+}
+
+/* ---- cellm-host as the reference ----------------------------------------------------------------------- */
+
+/* Runs argv (argv[0] a path) and returns its standard output, malloc'd and NUL-terminated; ends the case if it
+ * does not exit with status 0. Its standard error goes to ours, so a failure shows why. */
+static char* run_capture(char* const argv[]) {
+    int fds[2];
+    REQUIRE(pipe(fds) == 0, "pipe failed");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addclose(&actions, fds[0]);
+    posix_spawn_file_actions_addclose(&actions, fds[1]);
+    pid_t pid;
+    const int spawned = posix_spawn(&pid, argv[0], &actions, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    REQUIRE(spawned == 0, "cannot start %s", argv[0]);
+
+    size_t size = 0, capacity = 4096;
+    char* out = malloc(capacity);
+    REQUIRE(out != NULL, "out of memory");
+    for (;;) {
+        if (capacity - size < 2048) {
+            capacity *= 2;
+            out = realloc(out, capacity);
+            REQUIRE(out != NULL, "out of memory");
+        }
+        const ssize_t got = read(fds[0], out + size, capacity - size - 1);
+        if (got <= 0) break;
+        size += (size_t)got;
+    }
+    out[size] = '\0';
+    close(fds[0]);
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid, "waitpid failed");
+    REQUIRE(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s %s failed (status %d); output: %s", argv[0], argv[1],
+            status, out);
+    return out;
+}
+
+/* The value of "key" in cellm-host's one-line JSON: an array of integers. Keys are unique and string values
+ * escape their quotes, so the first match is the key. */
+static int json_ids(const char* json, const char* key, token_list* out) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char* p = strstr(json, pattern);
+    if (p == NULL) return 0;
+    p += strlen(pattern);
+    while (*p == ' ') ++p;
+    if (*p++ != '[') return 0;
+    out->n = 0;
+    for (;;) {
+        while (*p == ' ' || *p == ',') ++p;
+        if (*p == ']') return 1;
+        char* end;
+        const long id = strtol(p, &end, 10);
+        if (end == p || out->n == MAX_IDS) return 0;
+        out->ids[out->n++] = (int32_t)id;
+        p = end;
+    }
+}
+
+static int json_string(const char* json, const char* key, char* out, size_t capacity) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\":", key);
+    const char* p = strstr(json, pattern);
+    if (p == NULL) return 0;
+    p += strlen(pattern);
+    while (*p == ' ') ++p;
+    if (*p++ != '"') return 0;
+    const char* end = strchr(p, '"');
+    if (end == NULL || (size_t)(end - p) >= capacity) return 0;
+    memcpy(out, p, (size_t)(end - p));
+    out[end - p] = '\0';
+    return 1;
+}
+
+typedef struct {
+    token_list tokens;
+    char finish_reason[32];
+} host_reply;
+
+/* cellm-host run --json, greedy: the reference for one prompt, as a chat message or as raw text. */
+static void host_run(const char* manifest, const char* model, const char* prompt, int chat, int32_t max_tokens,
+                     host_reply* reply) {
+    char max[16];
+    snprintf(max, sizeof max, "%d", (int)max_tokens);
+    char* argv[16];
+    int n = 0;
+    argv[n++] = (char*)cfg.host;
+    argv[n++] = "run";
+    argv[n++] = "--manifest";
+    argv[n++] = (char*)manifest;
+    if (model != NULL) {
+        argv[n++] = "--model";
+        argv[n++] = (char*)model;
+    }
+    argv[n++] = "--prompt";
+    argv[n++] = (char*)prompt;
+    argv[n++] = chat ? "--chat" : "--raw";
+    argv[n++] = "--temperature";
+    argv[n++] = "0";
+    argv[n++] = "--max-tokens";
+    argv[n++] = max;
+    argv[n++] = "--json";
+    argv[n] = NULL;
+    char* json = run_capture(argv);
+    REQUIRE(json_ids(json, "tokens", &reply->tokens), "no \"tokens\" array in cellm-host's output: %s", json);
+    REQUIRE(json_string(json, "finish_reason", reply->finish_reason, sizeof reply->finish_reason),
+            "no \"finish_reason\" in cellm-host's output: %s", json);
+    free(json);
+}
+
+/* ---- SDK helpers ----------------------------------------------------------------------------------------- */
+
+static cellm_engine* open_engine(const char* manifest_path, const char* manifest_text) {
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.manifest_path = manifest_path;
+    options.manifest_text = manifest_text;
+    cellm_engine* engine = NULL;
+    OK(cellm_engine_open(&options, &engine));
+    REQUIRE(engine != NULL, "cellm_engine_open succeeded without an engine");
+    return engine;
+}
+
+/* A manifest for the synthetic model; `extra` continues its [context] table and may add tables. */
+static const char* tiny_manifest_text(const char* extra) {
+    static char text[4096];
+    snprintf(text, sizeof text,
+             "[model]\npath = \"%s\"\n[backend]\nname = \"scalar\"\nthreads = 1\n[context]\nlength = 128\n%s",
+             cfg.model, extra);
+    return text;
+}
+
+static cellm_session_options greedy_options(const cellm_engine* engine, int32_t max_tokens) {
+    cellm_session_options options;
+    OK(cellm_session_options_init(engine, &options));
+    options.temperature = 0.0f;
+    options.max_tokens = max_tokens;
+    return options;
+}
+
+static cellm_session* new_session(cellm_engine* engine, const cellm_session_options* options) {
+    cellm_session* session = NULL;
+    OK(cellm_session_create(engine, options, &session));
+    REQUIRE(session != NULL, "cellm_session_create succeeded without a session");
+    return session;
+}
+
+static cellm_session_stats session_stats(cellm_session* session) {
+    cellm_session_stats stats;
+    stats.struct_size = sizeof stats;
+    OK(cellm_session_get_stats(session, &stats));
+    return stats;
+}
+
+static cellm_engine_stats engine_stats(cellm_engine* engine) {
+    cellm_engine_stats stats;
+    stats.struct_size = sizeof stats;
+    OK(cellm_engine_get_stats(engine, &stats));
+    return stats;
+}
+
+static cellm_engine_info engine_info(const cellm_engine* engine) {
+    cellm_engine_info info;
+    info.struct_size = sizeof info;
+    OK(cellm_engine_get_info(engine, &info));
+    return info;
+}
+
+static void session_tokens(cellm_session* session, token_list* out) {
+    const int32_t* ids = NULL;
+    size_t n = 0;
+    OK(cellm_session_get_tokens(session, &ids, &n));
+    REQUIRE(n <= MAX_IDS, "%zu tokens", n);
+    REQUIRE(n == 0 || ids != NULL, "cellm_session_get_tokens gave %zu tokens at NULL", n);
+    if (n > 0) memcpy(out->ids, ids, n * sizeof ids[0]);
+    out->n = n;
+}
+
+/* The text of the session's last turn, malloc'd. */
+static char* session_text(cellm_session* session, size_t* length) {
+    const char* text = NULL;
+    OK(cellm_session_get_text(session, &text, length));
+    REQUIRE(text != NULL && strlen(text) == *length, "cellm_session_get_text: length %zu does not match the text",
+            *length);
+    char* copy = malloc(*length + 1);
+    REQUIRE(copy != NULL, "out of memory");
+    memcpy(copy, text, *length + 1);
+    return copy;
+}
+
+static void tokenize(const cellm_engine* engine, const char* text, int32_t add_special, token_list* out) {
+    size_t n = 0;
+    OK(cellm_engine_tokenize(engine, text, add_special, out->ids, MAX_IDS, &n));
+    REQUIRE(n <= MAX_IDS, "'%s' has %zu tokens", text, n);
+    out->n = n;
+}
+
+/* Polls a session without a callback until the DONE event of its turn; returns the finish reason. */
+static cellm_finish_reason poll_until_done(cellm_session* session) {
+    for (;;) {
+        cellm_event event;
+        event.struct_size = sizeof event;
+        OK(cellm_session_poll(session, 60000, &event));
+        if (event.kind == CELLM_EVENT_DONE) return event.finish_reason;
+    }
+}
+
+typedef enum { FORM_TEXT, FORM_CHAT, FORM_TOKENS } prompt_form;
+
+static void submit(cellm_engine* engine, cellm_session* session, const char* prompt, prompt_form form) {
+    if (form == FORM_TEXT) {
+        OK(cellm_session_submit_text(session, prompt));
+    } else if (form == FORM_CHAT) {
+        const cellm_message message = {"user", prompt};
+        OK(cellm_session_submit_chat(session, &message, 1));
+    } else {
+        token_list ids;
+        tokenize(engine, prompt, 1, &ids);
+        OK(cellm_session_submit_tokens(session, ids.ids, ids.n));
+    }
+}
+
+/* One greedy turn on a new session: its tokens and finish reason. */
+static void sdk_run(cellm_engine* engine, const char* prompt, prompt_form form, int32_t max_tokens, token_list* tokens,
+                    cellm_finish_reason* reason) {
+    const cellm_session_options options = greedy_options(engine, max_tokens);
+    cellm_session* session = new_session(engine, &options);
+    submit(engine, session, prompt, form);
+    *reason = poll_until_done(session);
+    session_tokens(session, tokens);
+    cellm_session_destroy(session);
+}
+
+/* The SDK's greedy tokens and finish reason for `prompt` equal cellm-host's. */
+static void compare_with_host(cellm_engine* engine, const char* manifest, const char* model, const char* prompt,
+                              prompt_form form, int32_t max_tokens) {
+    static const char* const form_names[] = {"submit_text", "submit_chat", "submit_tokens"};
+    host_reply want;
+    host_run(manifest, model, prompt, form == FORM_CHAT, max_tokens, &want);
+    token_list got;
+    cellm_finish_reason reason;
+    sdk_run(engine, prompt, form, max_tokens, &got, &reason);
+    char what[256];
+    snprintf(what, sizeof what, "%s(\"%s\") against cellm-host run %s", form_names[form], prompt,
+             form == FORM_CHAT ? "--chat" : "--raw");
+    SAME_TOKENS(&got, &want.tokens, what);
+    CHECK(strcmp(cellm_finish_reason_name(reason), want.finish_reason) == 0, "%s: finish reason %s, cellm-host %s",
+          what, cellm_finish_reason_name(reason), want.finish_reason);
+    printf("  %s: %zu tokens, %s\n", what, got.n, want.finish_reason);
+}
+
+/* ---- Event collection through a callback ------------------------------------------------------------- */
+
+/* What a callback session received. The callback may also cancel its own session at a given TEXT event. */
+typedef struct {
+    pthread_mutex_t mutex;
+    pthread_cond_t changed;
+    pthread_t caller;
+    char text[16384];
+    size_t length;
+    int text_events, done, after_done, bad_events, on_caller_thread;
+    int started; /* the first TEXT event came */
+    int32_t last_generated, done_generated;
+    cellm_finish_reason done_reason;
+    /* What cellm_session_get_stats said inside the DONE callback: the turn has ended by then. */
+    cellm_result done_stats_result;
+    int32_t done_stats_busy;
+    cellm_finish_reason done_stats_reason;
+    int cancel_at;                /* TEXT event number; 0: never */
+    cellm_session* cancel_target; /* for a thread that cancels from outside */
+    cellm_result cancel_result;
+} collector;
+
+static void collector_init(collector* c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mutex, NULL);
+    pthread_cond_init(&c->changed, NULL);
+    c->caller = pthread_self();
+}
+
+static void collector_free(collector* c) {
+    pthread_mutex_destroy(&c->mutex);
+    pthread_cond_destroy(&c->changed);
+}
+
+static void collect(cellm_session* session, const cellm_event* event, void* user_data) {
+    collector* c = user_data;
+    pthread_mutex_lock(&c->mutex);
+    if (pthread_equal(pthread_self(), c->caller)) c->on_caller_thread = 1;
+    if (c->done > 0) ++c->after_done;
+    if (event->kind == CELLM_EVENT_TEXT) {
+        if (event->text == NULL || event->text_len != strlen(event->text) ||
+            event->generated_tokens < c->last_generated) {
+            ++c->bad_events;
+        } else if (c->length + event->text_len < sizeof c->text) {
+            memcpy(c->text + c->length, event->text, event->text_len + 1);
+            c->length += event->text_len;
+        }
+        c->last_generated = event->generated_tokens;
+        ++c->text_events;
+        c->started = 1;
+        pthread_cond_broadcast(&c->changed);
+        if (c->text_events == c->cancel_at) c->cancel_result = cellm_session_cancel(session);
+    } else if (event->kind == CELLM_EVENT_DONE) {
+        if (event->text == NULL || event->text_len != 0) ++c->bad_events;
+        cellm_session_stats stats;
+        memset(&stats, 0, sizeof stats);
+        stats.struct_size = sizeof stats;
+        c->done_stats_result = cellm_session_get_stats(session, &stats);
+        c->done_stats_busy = stats.busy;
+        c->done_stats_reason = stats.finish_reason;
+        ++c->done;
+        c->done_reason = event->finish_reason;
+        c->done_generated = event->generated_tokens;
+        pthread_cond_broadcast(&c->changed);
+    } else {
+        ++c->bad_events;
+    }
+    pthread_mutex_unlock(&c->mutex);
+}
+
+static cellm_session_options collecting_options(const cellm_engine* engine, int32_t max_tokens, collector* c) {
+    cellm_session_options options = greedy_options(engine, max_tokens);
+    options.on_event = collect;
+    options.user_data = c;
+    return options;
+}
+
+/* Waits (at most 60 s) until the callback has seen `field` become non-zero. */
+static int wait_for(collector* c, const int* field) {
+    struct timespec deadline;
+    deadline_in(&deadline, 60);
+    pthread_mutex_lock(&c->mutex);
+    while (!*field && pthread_cond_timedwait(&c->changed, &c->mutex, &deadline) == 0) {
+    }
+    const int seen = *field;
+    pthread_mutex_unlock(&c->mutex);
+    return seen;
+}
+
+/* ---- Cases --------------------------------------------------------------------------------------------- */
+
+static const char* const raw_prompts[] = {"the cat", "a dog ran", "the cat sat on the mat", "one two three four five"};
+static const char* const chat_prompts[] = {"the cat", "hello there", "what is two plus two"};
+/* The synthetic model answers this prompt with LONG_TURN tokens (no end-of-generation token before), about a
+ * quarter of a second, so a turn of it is still going when another thread acts on it after its first token. */
+static const char* const long_prompt = "it was the best of times";
+enum { LONG_TURN = 240 };
+
+/* The manifest's engine with room for a long turn: the synthetic model's whole context. */
+static cellm_engine* open_long_engine(void) {
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.manifest_path = cfg.manifest;
+    options.context_length = 256;
+    cellm_engine* engine = NULL;
+    OK(cellm_engine_open(&options, &engine));
+    return engine;
+}
+
+static void found_backend(const char* name, const char* description, void* user_data) {
+    int* found = user_data;
+    if (description == NULL) found[2] = 1;
+    if (strcmp(name, "scalar") == 0) found[0] = 1;
+    if (strcmp(name, "openblas") == 0) found[1] = 1;
+}
+
+static void case_basics(void) {
+    int32_t major = -1, minor = -1;
+    cellm_version(&major, &minor);
+    CHECK(major == CELLM_SDK_VERSION_MAJOR && minor == CELLM_SDK_VERSION_MINOR, "cellm_version gave %d.%d", (int)major,
+          (int)minor);
+
+    static const char* const result_names[] = {"CELLM_SUCCESS",  "CELLM_E_INVALID_ARGUMENT", "CELLM_E_MANIFEST",
+                                               "CELLM_E_LOAD",   "CELLM_E_PROMPT",           "CELLM_E_BUSY",
+                                               "CELLM_E_CLOSED", "CELLM_E_TIMEOUT",          "CELLM_E_INTERNAL"};
+    for (int r = 0; r <= CELLM_E_INTERNAL; ++r) {
+        CHECK(strcmp(cellm_result_name((cellm_result)r), result_names[r]) == 0, "cellm_result_name(%d) is %s", r,
+              cellm_result_name((cellm_result)r));
+    }
+    CHECK(cellm_result_name((cellm_result)99) != NULL, "cellm_result_name(99) is NULL");
+    static const char* const reason_names[] = {"", "eog", "stop", "length", "context", "cancelled", "error"};
+    for (int r = 0; r <= CELLM_FINISH_ERROR; ++r) {
+        CHECK(strcmp(cellm_finish_reason_name((cellm_finish_reason)r), reason_names[r]) == 0,
+              "cellm_finish_reason_name(%d) is '%s'", r, cellm_finish_reason_name((cellm_finish_reason)r));
+    }
+    CHECK(cellm_finish_reason_name((cellm_finish_reason)99) != NULL, "cellm_finish_reason_name(99) is NULL");
+
+    int found[3] = {0, 0, 0};
+    OK(cellm_list_backends(NULL, found_backend, found));
+    CHECK(found[0] && found[1] && !found[2], "cellm_list_backends: scalar %d, openblas %d, NULL description %d",
+          found[0], found[1], found[2]);
+
+    /* The options override the manifest (scalar, 128 tokens per session). */
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    CHECK(options.struct_size == sizeof options && options.manifest_path == NULL && options.threads == 0,
+          "cellm_engine_options_init does not zero and size the struct");
+    options.manifest_path = cfg.manifest;
+    options.backend = "openblas";
+    options.threads = 1;
+    options.context_length = 64;
+    options.max_sessions = 3;
+    cellm_engine* engine = NULL;
+    OK(cellm_engine_open(&options, &engine));
+    const cellm_engine_info info = engine_info(engine);
+    CHECK(strcmp(info.backend, "openblas") == 0, "backend %s", info.backend);
+    CHECK(strcmp(info.arch, "llama") == 0, "arch %s", info.arch);
+    CHECK(strcmp(info.chat_template, "chatml") == 0, "chat template %s", info.chat_template);
+    CHECK(strstr(info.model_path, "tiny-q8_0.gguf") != NULL && info.model_name[0] != '\0', "model %s at %s",
+          info.model_name, info.model_path);
+    CHECK(info.context_length == 64 && info.max_sessions == 3, "context %d, sessions %d", (int)info.context_length,
+          (int)info.max_sessions);
+    CHECK(info.n_vocab > 0 && info.kv_block_size == 16 && info.kv_bytes_per_token > 0,
+          "vocab %d, block size %d, %lld bytes per token", (int)info.n_vocab, (int)info.kv_block_size,
+          (long long)info.kv_bytes_per_token);
+    /* Without kv_memory_mib the pool holds max_sessions full contexts. */
+    CHECK(info.kv_blocks * info.kv_block_size >= 3 * 64, "%d KV blocks of %d tokens for 3 contexts of 64",
+          (int)info.kv_blocks, (int)info.kv_block_size);
+
+    const cellm_engine_stats stats = engine_stats(engine);
+    CHECK(stats.sessions == 0 && stats.running == 0 && stats.waiting == 0 && stats.steps == 0,
+          "a new engine has %d sessions, %d running, %d waiting, %lld steps", (int)stats.sessions, (int)stats.running,
+          (int)stats.waiting, (long long)stats.steps);
+    CHECK(stats.kv_blocks == info.kv_blocks && stats.kv_blocks_used == 0 && stats.kv_blocks_free == info.kv_blocks,
+          "a new engine's KV: %d blocks, %d used, %d free", (int)stats.kv_blocks, (int)stats.kv_blocks_used,
+          (int)stats.kv_blocks_free);
+
+    /* Session defaults are the manifest's [sampling] table. */
+    cellm_session_options defaults;
+    OK(cellm_session_options_init(engine, &defaults));
+    CHECK(defaults.struct_size == sizeof defaults && defaults.temperature == 0.8f && defaults.max_tokens == 24 &&
+              defaults.n_stop == 0 && defaults.on_event == NULL,
+          "session defaults: temperature %g, max_tokens %d, %zu stop strings", (double)defaults.temperature,
+          (int)defaults.max_tokens, defaults.n_stop);
+
+    /* Tokenize's sizing protocol: capacity 0 asks for the count; a short buffer gets a prefix and the count. */
+    const char* text = "the cat sat on the mat";
+    size_t n = 99;
+    OK(cellm_engine_tokenize(engine, text, 1, NULL, 0, &n));
+    REQUIRE(n >= 2 && n <= MAX_IDS, "'%s' has %zu tokens", text, n);
+    token_list all;
+    tokenize(engine, text, 1, &all);
+    CHECK(all.n == n, "%zu tokens with room, %zu when asked for the size", all.n, n);
+    int32_t two[3] = {-7, -7, -7};
+    size_t n_two = 0;
+    OK(cellm_engine_tokenize(engine, text, 1, two, 2, &n_two));
+    CHECK(n_two == n && two[0] == all.ids[0] && two[1] == all.ids[1] && two[2] == -7,
+          "capacity 2: count %zu (expected %zu), wrote past the capacity: %s", n_two, n, two[2] == -7 ? "no" : "yes");
+    token_list special;
+    tokenize(engine, "<|im_end|>", 0, &special);
+    CHECK(special.n == 1, "'<|im_end|>' is %zu tokens, expected the special token", special.n);
+
+    cellm_engine_close(engine);
+}
+
+/* Runs on a thread of its own: a thread that never failed a call has an empty cellm_last_error(). */
+static void* last_error_of_new_thread(void* out) {
+    snprintf(out, 256, "%s", cellm_last_error());
+    return NULL;
+}
+
+static void case_errors(void) {
+    /* Opening. */
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.manifest_path = cfg.manifest;
+    cellm_engine* engine = (cellm_engine*)&options; /* must come back NULL on failure */
+    EXPECT_RESULT(cellm_engine_open(NULL, &engine), CELLM_E_INVALID_ARGUMENT);
+    CHECK(engine == NULL, "a failed cellm_engine_open left *engine non-NULL");
+    EXPECT_RESULT(cellm_engine_open(&options, NULL), CELLM_E_INVALID_ARGUMENT);
+    options.struct_size = 0;
+    EXPECT_RESULT(cellm_engine_open(&options, &engine), CELLM_E_INVALID_ARGUMENT);
+    cellm_engine_options_init(&options);
+    EXPECT_RESULT(cellm_engine_open(&options, &engine), CELLM_E_INVALID_ARGUMENT); /* no manifest */
+    options.manifest_path = cfg.manifest;
+    options.manifest_text = tiny_manifest_text("");
+    EXPECT_RESULT(cellm_engine_open(&options, &engine), CELLM_E_INVALID_ARGUMENT); /* both */
+
+    static const struct {
+        const char* text;
+        cellm_result want;
+        const char* needle;
+    } bad_manifests[] = {
+        {"[model\npath = \"x.gguf\"\n", CELLM_E_MANIFEST, NULL},
+        {"[sampling]\ntemprature = 0\n", CELLM_E_MANIFEST, "temprature"},
+        {"[sampling]\ntop_k = \"many\"\n", CELLM_E_MANIFEST, "top_k"},
+        {"[model]\npath = \"/nonexistent/cellm-sdk-test/nope.gguf\"\n", CELLM_E_LOAD, "nope.gguf"},
+    };
+    for (size_t i = 0; i < sizeof bad_manifests / sizeof bad_manifests[0]; ++i) {
+        cellm_engine_options_init(&options);
+        /* The first three complete the synthetic model's manifest; the last stands alone. */
+        options.manifest_text = i < 3 ? tiny_manifest_text(bad_manifests[i].text) : bad_manifests[i].text;
+        engine = (cellm_engine*)&options;
+        EXPECT_ERROR(cellm_engine_open(&options, &engine), bad_manifests[i].want, bad_manifests[i].needle);
+        CHECK(engine == NULL, "a failed cellm_engine_open left *engine non-NULL");
+    }
+    cellm_engine_options_init(&options);
+    options.manifest_path = "/nonexistent/cellm-sdk-test/absent.toml";
+    EXPECT_ERROR(cellm_engine_open(&options, &engine), CELLM_E_MANIFEST, "absent.toml");
+    options.manifest_path = cfg.manifest;
+    options.backend = "warp";
+    EXPECT_ERROR(cellm_engine_open(&options, &engine), CELLM_E_LOAD, "warp");
+    cellm_engine_close(NULL);
+
+    /* Engine calls. */
+    engine = open_long_engine();
+    const cellm_engine_info info = engine_info(engine);
+    cellm_engine_info bad_info;
+    bad_info.struct_size = 0;
+    EXPECT_RESULT(cellm_engine_get_info(engine, &bad_info), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_get_info(NULL, &bad_info), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_get_info(engine, NULL), CELLM_E_INVALID_ARGUMENT);
+    cellm_engine_stats bad_stats;
+    bad_stats.struct_size = 0;
+    EXPECT_RESULT(cellm_engine_get_stats(engine, &bad_stats), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_get_stats(NULL, &bad_stats), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_get_stats(engine, NULL), CELLM_E_INVALID_ARGUMENT);
+    size_t n = 0;
+    int32_t ids[4] = {1, 2, 3, 4};
+    EXPECT_RESULT(cellm_engine_tokenize(NULL, "x", 1, ids, 4, &n), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_tokenize(engine, NULL, 1, ids, 4, &n), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_tokenize(engine, "x", 1, NULL, 4, &n), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_tokenize(engine, "x", 1, ids, 4, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_list_backends(NULL, NULL, NULL), CELLM_E_INVALID_ARGUMENT);
+
+    /* Sessions. */
+    cellm_session_options session_options;
+    EXPECT_RESULT(cellm_session_options_init(NULL, &session_options), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_options_init(engine, NULL), CELLM_E_INVALID_ARGUMENT);
+    cellm_session* session = (cellm_session*)&options;
+    EXPECT_RESULT(cellm_session_create(NULL, NULL, &session), CELLM_E_INVALID_ARGUMENT);
+    CHECK(session == NULL, "a failed cellm_session_create left *session non-NULL");
+    EXPECT_RESULT(cellm_session_create(engine, NULL, NULL), CELLM_E_INVALID_ARGUMENT);
+    session_options = greedy_options(engine, 8);
+    session_options.struct_size = 0;
+    EXPECT_RESULT(cellm_session_create(engine, &session_options, &session), CELLM_E_INVALID_ARGUMENT);
+    session_options = greedy_options(engine, 0);
+    EXPECT_ERROR(cellm_session_create(engine, &session_options, &session), CELLM_E_INVALID_ARGUMENT, "max_tokens");
+    session_options = greedy_options(engine, 8);
+    session_options.temperature = -1.0f;
+    EXPECT_ERROR(cellm_session_create(engine, &session_options, &session), CELLM_E_INVALID_ARGUMENT, "temperature");
+    session_options = greedy_options(engine, 8);
+    session_options.n_stop = 1;
+    EXPECT_RESULT(cellm_session_create(engine, &session_options, &session), CELLM_E_INVALID_ARGUMENT);
+
+    collector c;
+    collector_init(&c);
+    session_options = collecting_options(engine, LONG_TURN, &c);
+    session = new_session(engine, &session_options);
+    const cellm_message hello = {"user", "hello"};
+    const cellm_message no_content = {"user", NULL};
+    const cellm_message wizard = {"wizard", "hello"};
+    EXPECT_RESULT(cellm_session_submit_text(NULL, "x"), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_submit_text(session, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_submit_chat(NULL, &hello, 1), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_submit_chat(session, NULL, 1), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_submit_chat(session, &no_content, 1), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_submit_tokens(NULL, ids, 1), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_submit_tokens(session, NULL, 3), CELLM_E_INVALID_ARGUMENT);
+
+    /* Prompts that can never run. */
+    EXPECT_RESULT(cellm_session_submit_text(session, ""), CELLM_E_PROMPT);
+    EXPECT_RESULT(cellm_session_submit_tokens(session, ids, 0), CELLM_E_PROMPT);
+    EXPECT_ERROR(cellm_session_submit_chat(session, &wizard, 1), CELLM_E_PROMPT, "wizard"); /* no template role */
+    char long_text[2048] = "";
+    for (int i = 0; i < 200; ++i) strcat(long_text, "the cat ");
+    size_t n_long = 0;
+    OK(cellm_engine_tokenize(engine, long_text, 1, NULL, 0, &n_long));
+    REQUIRE(n_long > (size_t)info.context_length, "the long prompt has only %zu tokens", n_long);
+    EXPECT_RESULT(cellm_session_submit_text(session, long_text), CELLM_E_PROMPT);
+    /* A token outside the vocabulary is both a value out of range and a prompt that can never run. */
+    const int32_t outside[2] = {info.n_vocab, -1};
+    for (int i = 0; i < 2; ++i) {
+        const cellm_result r = cellm_session_submit_tokens(session, &outside[i], 1);
+        CHECK(r == CELLM_E_INVALID_ARGUMENT || r == CELLM_E_PROMPT, "submit_tokens(%d) returned %s", (int)outside[i],
+              cellm_result_name(r));
+    }
+    CHECK(session_stats(session).busy == 0, "a rejected prompt left the session busy");
+
+    /* Other session calls with NULL pointers. */
+    cellm_event event;
+    event.struct_size = sizeof event;
+    cellm_session_stats stats;
+    stats.struct_size = 0;
+    const char* text = NULL;
+    const int32_t* tokens = NULL;
+    cellm_session* fork = NULL;
+    EXPECT_RESULT(cellm_session_poll(NULL, 0, &event), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_poll(session, 0, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_wait(NULL, 0), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_cancel(NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_get_stats(NULL, &stats), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_get_stats(session, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_get_stats(session, &stats), CELLM_E_INVALID_ARGUMENT); /* struct_size 0 */
+    EXPECT_RESULT(cellm_session_get_text(NULL, &text, &n), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_get_text(session, NULL, &n), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_get_tokens(session, NULL, &n), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_get_tokens(session, &tokens, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_fork(NULL, &fork), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_fork(session, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_session_configure(NULL, &session_options), CELLM_E_INVALID_ARGUMENT);
+    cellm_session_destroy(NULL);
+
+    /* Busy: a long turn that has begun. */
+    OK(cellm_session_submit_text(session, long_prompt));
+    REQUIRE(wait_for(&c, &c.started), "no text within 60 s");
+    EXPECT_RESULT(cellm_session_submit_text(session, "x"), CELLM_E_BUSY);
+    EXPECT_RESULT(cellm_session_submit_chat(session, &hello, 1), CELLM_E_BUSY);
+    EXPECT_RESULT(cellm_session_submit_tokens(session, ids, 2), CELLM_E_BUSY);
+    EXPECT_RESULT(cellm_session_configure(session, &session_options), CELLM_E_BUSY);
+    EXPECT_RESULT(cellm_session_fork(session, &fork), CELLM_E_BUSY);
+    CHECK(fork == NULL, "a failed cellm_session_fork left *fork non-NULL");
+    /* A timeout is no error, so no message is asked of it. */
+    const cellm_result waited = cellm_session_wait(session, 0);
+    CHECK(waited == CELLM_E_TIMEOUT, "cellm_session_wait(busy, 0) returned %s", cellm_result_name(waited));
+    OK(cellm_session_cancel(session));
+    REQUIRE(wait_for(&c, &c.done), "no DONE within 60 s of cancelling");
+    cellm_session_destroy(session);
+    collector_free(&c);
+    cellm_engine_close(engine);
+
+    /* The last error is per thread. */
+    char other[256];
+    pthread_t thread;
+    REQUIRE(pthread_create(&thread, NULL, last_error_of_new_thread, other) == 0, "pthread_create failed");
+    pthread_join(thread, NULL);
+    CHECK(other[0] == '\0', "a new thread's cellm_last_error() is \"%s\"", other);
+}
+
+static void case_greedy_text(void) {
+    cellm_engine* engine = open_engine(cfg.manifest, NULL);
+    for (size_t i = 0; i < sizeof raw_prompts / sizeof raw_prompts[0]; ++i) {
+        compare_with_host(engine, cfg.manifest, NULL, raw_prompts[i], FORM_TEXT, 24);
+        compare_with_host(engine, cfg.manifest, NULL, raw_prompts[i], FORM_TOKENS, 24);
+    }
+    cellm_engine_close(engine);
+}
+
+static void case_greedy_chat(void) {
+    cellm_engine* engine = open_engine(cfg.manifest, NULL);
+    REQUIRE(engine_info(engine).model_has_chat_template, "the synthetic model has no chat template");
+    for (size_t i = 0; i < sizeof chat_prompts / sizeof chat_prompts[0]; ++i) {
+        compare_with_host(engine, cfg.manifest, NULL, chat_prompts[i], FORM_CHAT, 24);
+    }
+    cellm_engine_close(engine);
+}
+
+static void case_real_model(void) {
+    char model[4096];
+    const char* models = getenv("CELLM_MODELS");
+    const char* home = getenv("HOME");
+    if (models != NULL) {
+        snprintf(model, sizeof model, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", models);
+    } else {
+        snprintf(model, sizeof model, "%s/.cache/cellm/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "/root");
+    }
+    if (access(model, R_OK) != 0) {
+        printf("SKIP: %s is missing (scripts/fetch_models.sh fetches it)\n", model);
+        exit(EXIT_SKIP);
+    }
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.manifest_path = cfg.manifest;
+    options.model_path = model;
+    cellm_engine* engine = NULL;
+    OK(cellm_engine_open(&options, &engine));
+    CHECK(strcmp(engine_info(engine).backend, "openblas") == 0, "backend %s", engine_info(engine).backend);
+    compare_with_host(engine, cfg.manifest, model, "What is the capital of France?", FORM_CHAT, 24);
+    compare_with_host(engine, cfg.manifest, model, "The capital of France is", FORM_TEXT, 16);
+    compare_with_host(engine, cfg.manifest, model, "The capital of France is", FORM_TOKENS, 16);
+    cellm_engine_close(engine);
+}
+
+static void case_streaming(void) {
+    cellm_engine* engine = open_engine(cfg.manifest, NULL);
+    const cellm_message message = {"user", "hello there"};
+
+    collector c;
+    collector_init(&c);
+    cellm_session_options options = collecting_options(engine, 48, &c);
+    cellm_session* by_callback = new_session(engine, &options);
+    options = greedy_options(engine, 48);
+    cellm_session* by_polling = new_session(engine, &options);
+    OK(cellm_session_submit_chat(by_callback, &message, 1));
+    OK(cellm_session_submit_chat(by_polling, &message, 1));
+
+    char polled[16384];
+    size_t polled_length = 0;
+    int text_events = 0, bad_events = 0;
+    int32_t last_generated = 0;
+    cellm_event event;
+    for (;;) {
+        event.struct_size = sizeof event;
+        OK(cellm_session_poll(by_polling, 60000, &event));
+        if (event.kind == CELLM_EVENT_DONE) break;
+        if (event.kind != CELLM_EVENT_TEXT || event.text == NULL || event.text_len != strlen(event.text) ||
+            event.generated_tokens < last_generated) {
+            ++bad_events;
+            continue;
+        }
+        REQUIRE(polled_length + event.text_len < sizeof polled, "more text than expected");
+        memcpy(polled + polled_length, event.text, event.text_len + 1);
+        polled_length += event.text_len;
+        last_generated = event.generated_tokens;
+        ++text_events;
+    }
+    CHECK(bad_events == 0, "%d polled events were malformed (unknown kind, NULL text, wrong text_len or fewer tokens)",
+          bad_events);
+    CHECK(event.text != NULL && event.text_len == 0, "the polled DONE event carries text");
+    const cellm_finish_reason polled_reason = event.finish_reason;
+    const int32_t polled_generated = event.generated_tokens;
+    event.struct_size = sizeof event;
+    const cellm_result after_done = cellm_session_poll(by_polling, 0, &event);
+    CHECK(after_done == CELLM_E_TIMEOUT, "a poll after DONE returned %s, not CELLM_E_TIMEOUT",
+          cellm_result_name(after_done));
+    REQUIRE(wait_for(&c, &c.done), "the callback got no DONE within 60 s");
+
+    size_t length = 0;
+    char* text = session_text(by_polling, &length);
+    CHECK(length == polled_length && memcmp(text, polled, length) == 0, "polled text differs from get_text:\n%s\n%s",
+          polled, text);
+    free(text);
+    text = session_text(by_callback, &length);
+    CHECK(length == c.length && memcmp(text, c.text, length) == 0, "callback text differs from get_text:\n%s\n%s",
+          c.text, text);
+    CHECK(c.length == polled_length && memcmp(c.text, polled, polled_length) == 0,
+          "the callback and the polling session streamed different text");
+    free(text);
+
+    token_list polled_tokens, callback_tokens;
+    session_tokens(by_polling, &polled_tokens);
+    session_tokens(by_callback, &callback_tokens);
+    SAME_TOKENS(&callback_tokens, &polled_tokens, "callback session against polling session");
+    const cellm_session_stats polled_stats = session_stats(by_polling);
+    const cellm_session_stats callback_stats = session_stats(by_callback);
+    CHECK(polled_generated == polled_stats.generated_tokens && (size_t)polled_generated == polled_tokens.n,
+          "polling: DONE says %d tokens, stats %d, get_tokens %zu", (int)polled_generated,
+          (int)polled_stats.generated_tokens, polled_tokens.n);
+    CHECK(c.done_generated == callback_stats.generated_tokens && (size_t)c.done_generated == callback_tokens.n,
+          "callback: DONE says %d tokens, stats %d, get_tokens %zu", (int)c.done_generated,
+          (int)callback_stats.generated_tokens, callback_tokens.n);
+    CHECK(polled_reason == polled_stats.finish_reason && c.done_reason == callback_stats.finish_reason &&
+              polled_reason == c.done_reason && polled_reason != CELLM_FINISH_NONE,
+          "finish reasons: polled DONE %s, stats %s; callback DONE %s, stats %s",
+          cellm_finish_reason_name(polled_reason), cellm_finish_reason_name(polled_stats.finish_reason),
+          cellm_finish_reason_name(c.done_reason), cellm_finish_reason_name(callback_stats.finish_reason));
+    CHECK(polled_stats.busy == 0 && polled_stats.prompt_tokens > 0 && polled_stats.ttft_ms > 0.0,
+          "polling stats: busy %d, %d prompt tokens, ttft %.3f ms", (int)polled_stats.busy,
+          (int)polled_stats.prompt_tokens, polled_stats.ttft_ms);
+    CHECK(text_events > 0 && c.text_events > 0, "TEXT events: %d polled, %d by callback", text_events, c.text_events);
+    OK(cellm_session_wait(by_callback, 0)); /* idle: returns at once */
+
+    cellm_session_destroy(by_callback);
+    cellm_session_destroy(by_polling);
+    /* Destroyed: no callback can come any more, so what it saw is final. */
+    CHECK(c.done == 1 && c.after_done == 0, "callback: %d DONE events, %d events after DONE", c.done, c.after_done);
+    CHECK(c.bad_events == 0, "callback: %d malformed events", c.bad_events);
+    CHECK(!c.on_caller_thread, "a callback ran on the thread that submitted, not the scheduler thread");
+    /* Whoever the callback tells that the turn ended must be able to start the next one. */
+    CHECK(c.done_stats_result == CELLM_SUCCESS && c.done_stats_busy == 0 && c.done_stats_reason == c.done_reason,
+          "get_stats inside the DONE callback: %s, busy %d, finish reason '%s' (the event says '%s')",
+          cellm_result_name(c.done_stats_result), (int)c.done_stats_busy, cellm_finish_reason_name(c.done_stats_reason),
+          cellm_finish_reason_name(c.done_reason));
+    collector_free(&c);
+    cellm_engine_close(engine);
+}
+
+typedef struct {
+    cellm_engine* engine;
+    const char* prompt;
+    pthread_barrier_t* start;
+    cellm_session* session;
+    token_list tokens;
+} worker;
+
+static void* run_worker(void* arg) {
+    worker* w = arg;
+    const cellm_session_options options = greedy_options(w->engine, 32);
+    w->session = new_session(w->engine, &options);
+    pthread_barrier_wait(w->start);
+    OK(cellm_session_submit_text(w->session, w->prompt));
+    poll_until_done(w->session);
+    session_tokens(w->session, &w->tokens);
+    return NULL;
+}
+
+static void case_concurrent(void) {
+    enum { N = sizeof raw_prompts / sizeof raw_prompts[0] };
+    host_reply alone[N];
+    for (int i = 0; i < N; ++i) host_run(cfg.manifest, NULL, raw_prompts[i], 0, 32, &alone[i]);
+
+    cellm_engine* engine = open_engine(cfg.manifest, NULL);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, N);
+    worker workers[N];
+    pthread_t threads[N];
+    for (int i = 0; i < N; ++i) {
+        workers[i] = (worker){.engine = engine, .prompt = raw_prompts[i], .start = &start};
+        REQUIRE(pthread_create(&threads[i], NULL, run_worker, &workers[i]) == 0, "pthread_create failed");
+    }
+    for (int i = 0; i < N; ++i) pthread_join(threads[i], NULL);
+    pthread_barrier_destroy(&start);
+    for (int i = 0; i < N; ++i) {
+        char what[128];
+        snprintf(what, sizeof what, "'%s' among %d sessions against cellm-host alone", raw_prompts[i], N);
+        SAME_TOKENS(&workers[i].tokens, &alone[i].tokens, what);
+    }
+
+    /* Idle sessions keep their context for the next turn; destroying them returns every block. */
+    cellm_engine_stats stats = engine_stats(engine);
+    CHECK(stats.sessions == N && stats.kv_blocks_used > 0, "%d idle sessions hold %d KV blocks", (int)stats.sessions,
+          (int)stats.kv_blocks_used);
+    printf("  %d sessions: %lld steps, %lld batched tokens, %d KV blocks held while idle\n", N, (long long)stats.steps,
+           (long long)stats.batched_tokens, (int)stats.kv_blocks_used);
+    for (int i = 0; i < N; ++i) cellm_session_destroy(workers[i].session);
+    stats = engine_stats(engine);
+    CHECK(stats.sessions == 0 && stats.running == 0 && stats.waiting == 0,
+          "after destroy: %d sessions, %d running, %d waiting", (int)stats.sessions, (int)stats.running,
+          (int)stats.waiting);
+    CHECK(stats.kv_blocks_used == 0 && stats.kv_blocks_free == stats.kv_blocks,
+          "after destroy: %d of %d KV blocks used, %d free", (int)stats.kv_blocks_used, (int)stats.kv_blocks,
+          (int)stats.kv_blocks_free);
+    cellm_engine_close(engine);
+}
+
+static void* cancel_when_started(void* arg) {
+    collector* c = arg;
+    if (wait_for(c, &c->started)) {
+        const cellm_result r = cellm_session_cancel(c->cancel_target);
+        pthread_mutex_lock(&c->mutex);
+        c->cancel_result = r;
+        pthread_mutex_unlock(&c->mutex);
+    }
+    return NULL;
+}
+
+static void expect_cancelled(cellm_engine* engine, cellm_session* session, collector* c, const char* how) {
+    REQUIRE(wait_for(c, &c->done), "%s: no DONE within 60 s", how);
+    EXPECT_RESULT(c->cancel_result, CELLM_SUCCESS);
+    CHECK(c->done_reason == CELLM_FINISH_CANCELLED && c->done_generated < LONG_TURN, "%s: DONE with %s after %d tokens",
+          how, cellm_finish_reason_name(c->done_reason), (int)c->done_generated);
+    const cellm_session_stats stats = session_stats(session);
+    CHECK(stats.busy == 0 && stats.finish_reason == CELLM_FINISH_CANCELLED, "%s: stats say busy %d, %s", how,
+          (int)stats.busy, cellm_finish_reason_name(stats.finish_reason));
+    const cellm_engine_stats kv = engine_stats(engine);
+    CHECK(kv.kv_blocks_used == 0, "%s: the cancelled turn left %d KV blocks in use", how, (int)kv.kv_blocks_used);
+}
+
+static void case_cancel(void) {
+    host_reply reference;
+    host_run(cfg.manifest, NULL, long_prompt, 0, 24, &reference);
+    cellm_engine* engine = open_long_engine();
+
+    /* From the session's own callback, at the second piece of text. */
+    collector c;
+    collector_init(&c);
+    c.cancel_at = 2;
+    cellm_session_options options = collecting_options(engine, LONG_TURN, &c);
+    cellm_session* session = new_session(engine, &options);
+    OK(cellm_session_submit_text(session, long_prompt));
+    expect_cancelled(engine, session, &c, "cancel from the callback");
+
+    /* The session still works, as if new: a whole turn gives the tokens it gives alone. */
+    collector_free(&c);
+    collector_init(&c);
+    options = collecting_options(engine, 24, &c);
+    OK(cellm_session_configure(session, &options));
+    OK(cellm_session_submit_text(session, long_prompt));
+    REQUIRE(wait_for(&c, &c.done), "no DONE within 60 s");
+    token_list tokens;
+    session_tokens(session, &tokens);
+    SAME_TOKENS(&tokens, &reference.tokens, "the turn after a cancelled one");
+    OK(cellm_session_cancel(session)); /* idle: nothing happens */
+    CHECK(session_stats(session).finish_reason == c.done_reason,
+          "cancelling an idle session changed its finish reason");
+    cellm_session_destroy(session);
+    collector_free(&c);
+
+    /* From another thread, once the turn has begun. */
+    collector_init(&c);
+    options = collecting_options(engine, LONG_TURN, &c);
+    session = new_session(engine, &options);
+    c.cancel_target = session;
+    OK(cellm_session_submit_text(session, long_prompt));
+    pthread_t canceller;
+    REQUIRE(pthread_create(&canceller, NULL, cancel_when_started, &c) == 0, "pthread_create failed");
+    pthread_join(canceller, NULL);
+    expect_cancelled(engine, session, &c, "cancel from another thread");
+    cellm_session_destroy(session);
+    collector_free(&c);
+    cellm_engine_close(engine);
+}
+
+static void append_tokens(token_list* to, const token_list* from) {
+    REQUIRE(to->n + from->n <= MAX_IDS, "%zu + %zu tokens", to->n, from->n);
+    memcpy(to->ids + to->n, from->ids, from->n * sizeof from->ids[0]);
+    to->n += from->n;
+}
+
+/* A turn of `prompt` on `session`: its generated tokens and statistics. */
+static cellm_session_stats token_turn(cellm_session* session, const token_list* prompt, token_list* generated) {
+    OK(cellm_session_submit_tokens(session, prompt->ids, prompt->n));
+    poll_until_done(session);
+    session_tokens(session, generated);
+    return session_stats(session);
+}
+
+static void case_fork(void) {
+    /* Without the prefix cache, cached tokens can only come from a session's own blocks (shared by a fork). */
+    cellm_engine* engine = open_engine(NULL, tiny_manifest_text("prefix_cache = false\n"));
+    const cellm_session_options options = greedy_options(engine, 24);
+
+    /* A conversation: the fork of the first turn goes on with the reply and a new message. */
+    cellm_session* first = new_session(engine, &options);
+    cellm_message conversation[3] = {{"user", "the cat"}, {"assistant", NULL}, {"user", "and the dog?"}};
+    OK(cellm_session_submit_chat(first, conversation, 1));
+    poll_until_done(first);
+    const cellm_session_stats first_stats = session_stats(first);
+    size_t length = 0;
+    char* reply = session_text(first, &length);
+    conversation[1].content = reply;
+    cellm_session* fork = NULL;
+    OK(cellm_session_fork(first, &fork));
+    REQUIRE(fork != NULL, "cellm_session_fork succeeded without a session");
+    CHECK(session_stats(fork).busy == 0, "a new fork is busy");
+    OK(cellm_session_submit_chat(fork, conversation, 3));
+    poll_until_done(fork);
+    const cellm_session_stats fork_stats = session_stats(fork);
+    token_list fork_tokens, fresh_tokens;
+    session_tokens(fork, &fork_tokens);
+    cellm_session* fresh = new_session(engine, &options);
+    OK(cellm_session_submit_chat(fresh, conversation, 3));
+    poll_until_done(fresh);
+    const cellm_session_stats fresh_stats = session_stats(fresh);
+    session_tokens(fresh, &fresh_tokens);
+    /* The reply is text again here and need not tokenize as generated, but the first turn's prompt is shared. */
+    CHECK(fork_stats.cached_tokens >= first_stats.prompt_tokens,
+          "the fork reused %d of %d prompt tokens; the first turn's prompt had %d", (int)fork_stats.cached_tokens,
+          (int)fork_stats.prompt_tokens, (int)first_stats.prompt_tokens);
+    CHECK(fresh_stats.cached_tokens == 0, "a fresh session without the prefix cache reused %d tokens",
+          (int)fresh_stats.cached_tokens);
+    CHECK(fork_stats.prompt_tokens == fresh_stats.prompt_tokens, "prompt tokens: fork %d, fresh %d",
+          (int)fork_stats.prompt_tokens, (int)fresh_stats.prompt_tokens);
+    SAME_TOKENS(&fork_tokens, &fresh_tokens, "chat on a fork against a fresh session");
+    printf("  chat: the fork reused %d of %d prompt tokens\n", (int)fork_stats.cached_tokens,
+           (int)fork_stats.prompt_tokens);
+    cellm_session_destroy(fork);
+    cellm_session_destroy(fresh);
+    cellm_session_destroy(first);
+    free(reply);
+
+    /* In tokens the reuse is exact. The fork's turn goes another way and writes into the KV block it shares
+     * with its source (the prompt fills only part of one); the source's next turn must find its own context
+     * intact (copy-on-write) and compute only the new tokens and its last generated one, never fed back. */
+    token_list prompt, more, generated, diverging, continuing, got, want;
+    tokenize(engine, "the cat sat", 1, &prompt);
+    tokenize(engine, " and then the dog ran", 0, &more);
+    first = new_session(engine, &options);
+    token_turn(first, &prompt, &generated);
+    OK(cellm_session_fork(first, &fork));
+    diverging = prompt;
+    append_tokens(&diverging, &more);
+    const cellm_session_stats diverged = token_turn(fork, &diverging, &got);
+    fresh = new_session(engine, &options);
+    token_turn(fresh, &diverging, &want);
+    cellm_session_destroy(fresh);
+    CHECK(diverged.cached_tokens >= (int32_t)prompt.n, "the fork reused %d tokens of a %zu-token prompt",
+          (int)diverged.cached_tokens, prompt.n);
+    SAME_TOKENS(&got, &want, "a fork's own turn against a fresh session");
+
+    continuing = prompt;
+    append_tokens(&continuing, &generated);
+    append_tokens(&continuing, &more);
+    const cellm_session_stats continued = token_turn(first, &continuing, &got);
+    fresh = new_session(engine, &options);
+    token_turn(fresh, &continuing, &want);
+    cellm_session_destroy(fresh);
+    CHECK(continued.cached_tokens >= (int32_t)(prompt.n + generated.n) - 1,
+          "the source reused %d tokens of %zu prompt and %zu generated ones", (int)continued.cached_tokens, prompt.n,
+          generated.n);
+    SAME_TOKENS(&got, &want, "the source after its fork's turn against a fresh session");
+    printf("  tokens: the source reused %d of %zu tokens after its fork's turn\n", (int)continued.cached_tokens,
+           continuing.n);
+    cellm_session_destroy(fork);
+    cellm_session_destroy(first);
+
+    CHECK(engine_stats(engine).kv_blocks_used == 0, "%d KV blocks in use after every session was destroyed",
+          (int)engine_stats(engine).kv_blocks_used);
+    cellm_engine_close(engine);
+}
+
+static void case_closed(void) {
+    cellm_engine* engine = open_long_engine();
+    cellm_session_options options = greedy_options(engine, 8);
+    cellm_session* idle = new_session(engine, &options);
+    OK(cellm_session_submit_text(idle, "the cat"));
+    poll_until_done(idle);
+
+    /* Two long turns, one by callback and one by polling, are running when the engine closes. */
+    options = greedy_options(engine, LONG_TURN);
+    cellm_session* polled = new_session(engine, &options);
+    collector c;
+    collector_init(&c);
+    options = collecting_options(engine, LONG_TURN, &c);
+    cellm_session* running = new_session(engine, &options);
+    OK(cellm_session_submit_text(polled, long_prompt));
+    OK(cellm_session_submit_text(running, long_prompt));
+    REQUIRE(wait_for(&c, &c.started), "no text within 60 s");
+    cellm_engine_close(engine);
+    /* Close ended the running turns and delivered their DONE before returning; what the polling session had
+     * queued by then can still be read, up to its DONE. */
+    CHECK(c.done == 1 && c.done_reason == CELLM_FINISH_CANCELLED,
+          "after close: %d DONE events, finish reason %s after %d tokens", c.done,
+          cellm_finish_reason_name(c.done_reason), (int)c.done_generated);
+    cellm_event event;
+    do {
+        event.struct_size = sizeof event;
+        OK(cellm_session_poll(polled, 0, &event));
+    } while (event.kind != CELLM_EVENT_DONE);
+    CHECK(event.finish_reason == CELLM_FINISH_CANCELLED, "the polled DONE after close: %s after %d tokens",
+          cellm_finish_reason_name(event.finish_reason), (int)event.generated_tokens);
+    EXPECT_RESULT(cellm_session_poll(polled, 0, &event), CELLM_E_CLOSED);
+
+    const cellm_message hello = {"user", "hello"};
+    const int32_t ids[1] = {0};
+    cellm_session_stats stats;
+    stats.struct_size = sizeof stats;
+    const char* text = NULL;
+    const int32_t* tokens = NULL;
+    size_t n = 0;
+    cellm_session* fork = NULL;
+    EXPECT_RESULT(cellm_session_submit_text(idle, "x"), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_submit_chat(idle, &hello, 1), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_submit_tokens(idle, ids, 1), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_configure(idle, &options), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_fork(idle, &fork), CELLM_E_CLOSED);
+    CHECK(fork == NULL, "a failed cellm_session_fork left *fork non-NULL");
+    EXPECT_RESULT(cellm_session_poll(idle, 0, &event), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_wait(idle, 0), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_get_stats(idle, &stats), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_get_text(idle, &text, &n), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_get_tokens(idle, &tokens, &n), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_submit_text(running, "x"), CELLM_E_CLOSED);
+    EXPECT_RESULT(cellm_session_get_stats(running, &stats), CELLM_E_CLOSED);
+    cellm_session_destroy(idle);
+    cellm_session_destroy(polled);
+    cellm_session_destroy(running);
+    CHECK(c.done == 1 && c.after_done == 0, "after destroy: %d DONE events, %d events after DONE", c.done,
+          c.after_done);
+    collector_free(&c);
+}
+
+/* ---- Driver ---------------------------------------------------------------------------------------------- */
+
+static const struct {
+    const char* name;
+    void (*run)(void);
+    int needs_model;
+} cases[] = {
+    {"basics", case_basics, 1},           {"errors", case_errors, 1},       {"greedy_text", case_greedy_text, 1},
+    {"greedy_chat", case_greedy_chat, 1}, {"streaming", case_streaming, 1}, {"concurrent", case_concurrent, 1},
+    {"cancel", case_cancel, 1},           {"fork", case_fork, 1},           {"closed", case_closed, 1},
+    {"real_model", case_real_model, 0},
+};
+
+int main(int argc, char** argv) {
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--host") == 0) cfg.host = argv[i + 1];
+        if (strcmp(argv[i], "--manifest") == 0) cfg.manifest = argv[i + 1];
+        if (strcmp(argv[i], "--model") == 0) cfg.model = argv[i + 1];
+    }
+    for (size_t i = 0; argc >= 2 && i < sizeof cases / sizeof cases[0]; ++i) {
+        if (strcmp(argv[1], cases[i].name) != 0) continue;
+        if (cfg.host == NULL || cfg.manifest == NULL || (cases[i].needs_model && cfg.model == NULL)) break;
+        cases[i].run();
+        printf("%s %s\n", failures == 0 ? "PASS" : "FAIL", cases[i].name);
+        return failures == 0 ? 0 : 1;
+    }
+    fprintf(stderr, "usage: %s CASE --host CELLM_HOST --manifest MANIFEST [--model MODEL]\ncases:", argv[0]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) fprintf(stderr, " %s", cases[i].name);
+    fprintf(stderr, "\n");
+    return 2;
+}
