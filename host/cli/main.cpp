@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     add("tokenize", "Show the token ids of a text", cellm::cli::add_tokenize);
     add("bench", "Measure prefill and decode speed, time to first token and peak memory", cellm::cli::add_bench);
     add("convert", "Write any model the host can open as a .cellm file (docs/format.md)", cellm::cli::add_convert);
+    add("serve", "Serve the model over an OpenAI-compatible HTTP API", cellm::cli::add_serve);
 
     try {
         app.parse(argc, argv);

@@ -1,0 +1,102 @@
+// cellm-host serve: the OpenAI-compatible HTTP server (host/server) on one engine opened through libcellm,
+// like any embedding application. Prints "cellm-host: serving MODEL on http://HOST:PORT" on stderr once it
+// listens; SIGINT or SIGTERM shut it down gracefully (exit 0), a second signal at once.
+#include "commands.h"
+#include "sdk_handles.h"
+
+#include "http_server.h"
+#include "signal_watcher.h"
+
+#include "cellm/cellm.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace cellm::cli {
+
+namespace {
+
+struct ServeOptions {
+    std::string manifest;
+    std::optional<std::string> model, backend;
+    int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
+    server::ServerConfig server;
+    std::string model_alias;
+};
+
+EnginePtr open_engine(const ServeOptions& o) {
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.manifest_path = o.manifest.c_str();
+    if (o.model) options.model_path = o.model->c_str();
+    if (o.backend) options.backend = o.backend->c_str();
+    options.threads = o.threads;
+    options.context_length = o.context;
+    options.max_sessions = o.max_sessions;
+    cellm_engine* engine = nullptr;
+    check(cellm_engine_open(&options, &engine));
+    return EnginePtr(engine);
+}
+
+// The model file's name without its extension (SmolLM2-135M-Instruct.Q4_1), as llama-server names a model by
+// its file: general.name is often missing or has spaces.
+std::string model_id(cellm_engine* engine) {
+    cellm_engine_info info{};
+    info.struct_size = sizeof info;
+    check(cellm_engine_get_info(engine, &info));
+    return std::filesystem::path(info.model_path).stem().string();
+}
+
+// An IPv6 address needs brackets in a URL.
+std::string url(const std::string& host, int port) {
+    const bool ipv6 = host.find(':') != std::string::npos;
+    return "http://" + (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+Command add_serve(CLI::App& app) {
+    auto o = std::make_shared<ServeOptions>();
+    app.add_option("--manifest", o->manifest, "TOML manifest that wires model, backend and sampling")->required();
+    app.add_option("--model", o->model, "Model file (overrides [model].path)");
+    app.add_option("--backend", o->backend, "Backend plugin name (overrides [backend].name)");
+    app.add_option("--threads", o->threads, "Backend threads (overrides [backend].threads)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--context", o->context, "Tokens per session (overrides [context].length)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--max-sessions", o->max_sessions,
+                   "Sessions in the engine's steps at once (overrides [scheduler].max_running)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
+    app.add_option("--port", o->server.port, "Port to listen on; 0 picks a free one")
+        ->capture_default_str()
+        ->check(CLI::Range(0, 65535));
+    app.add_option("--api-key", o->server.api_key, "Require this key as 'Authorization: Bearer KEY' (not on /health)")
+        ->envname("CELLM_API_KEY");
+    app.add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body; larger ones get 413")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--model-alias", o->model_alias, "Model id to serve as (default: the model file's name without extension)");
+
+    return [o]() {
+        const EnginePtr engine = open_engine(*o);
+        server::ServerConfig config = o->server;
+        config.model_id = o->model_alias.empty() ? model_id(engine.get()) : o->model_alias;
+        server::HttpServer http(engine.get(), config);
+        const int port = http.bind();
+        {
+            const server::SignalWatcher signals([&http] { http.shutdown(); });
+            std::fprintf(stderr, "cellm-host: serving %s on %s\n", config.model_id.c_str(),
+                         url(config.host, port).c_str());
+            std::fflush(stderr);
+            http.run();
+        }
+        std::fprintf(stderr, "cellm-host: stopped\n");
+        return 0;
+    };
+}
+
+}  // namespace cellm::cli

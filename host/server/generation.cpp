@@ -1,0 +1,153 @@
+#include "generation.h"
+
+#include "api_error.h"
+
+#include <vector>
+
+namespace cellm::server {
+
+namespace {
+
+// An SDK failure as the client sees it. Reads cellm_last_error(), so call it right after the failing call.
+ApiError sdk_error(cellm_result result) {
+    std::string message = cellm_last_error();
+    if (message.empty()) message = cellm_result_name(result);
+    switch (result) {
+        case CELLM_E_INVALID_ARGUMENT:
+            return ApiError(400, message, "invalid_value");
+        case CELLM_E_CLOSED:
+            return ApiError(503, message, "server_shutting_down", {}, "server_error");
+        default:
+            return ApiError(500, message, "internal_error", {}, "server_error");
+    }
+}
+
+void expect(cellm_result result) {
+    if (result != CELLM_SUCCESS) throw sdk_error(result);
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+}
+
+}  // namespace
+
+InFlight::Ticket InFlight::enter() {
+    const std::lock_guard lock(mutex_);
+    if (draining_) return nullptr;
+    ++active_;
+    return Ticket(this);
+}
+
+void InFlight::leave() {
+    const std::lock_guard lock(mutex_);
+    if (--active_ == 0) idle_.notify_all();
+}
+
+void InFlight::drain(std::chrono::milliseconds grace) {
+    std::unique_lock lock(mutex_);
+    draining_ = true;
+    if (!idle_.wait_for(lock, grace, [this] { return active_ == 0; })) cancelling_ = true;
+}
+
+Generation::Generation(cellm_engine* engine, const CompletionRequest& request, const std::string& name,
+                       InFlight::Ticket ticket, Metrics& metrics)
+    : ticket_(std::move(ticket)), metrics_(metrics) {
+    cellm_session_options options{};
+    options.struct_size = sizeof options;
+    expect(cellm_session_options_init(engine, &options));
+    std::vector<const char*> stop;
+    apply_sampling(request, options, stop);
+    options.name = name.c_str();
+    cellm_session* session = nullptr;
+    expect(cellm_session_create(engine, &options, &session));
+    session_.reset(session);
+
+    submitted_ = std::chrono::steady_clock::now();
+    cellm_result submitted = CELLM_SUCCESS;
+    if (request.endpoint == Endpoint::chat) {
+        std::vector<cellm_message> messages;
+        for (const ChatMessage& m : request.messages) messages.push_back({m.role.c_str(), m.content.c_str()});
+        submitted = cellm_session_submit_chat(session, messages.data(), messages.size());
+    } else {
+        submitted = cellm_session_submit_text(session, request.prompt.c_str());
+    }
+    // Checked empty already, so a prompt that can never run is one too long for the context.
+    if (submitted == CELLM_E_PROMPT) {
+        throw ApiError(400, cellm_last_error(), "context_length_exceeded",
+                       request.endpoint == Endpoint::chat ? "messages" : "prompt");
+    }
+    expect(submitted);
+}
+
+Generation::~Generation() {
+    if (session_) count_tokens();
+}
+
+std::optional<cellm_event> Generation::next() {
+    if (!cancel_sent_ && ticket_->cancelling()) {
+        cellm_session_cancel(session_.get());
+        cancel_sent_ = true;
+    }
+    cellm_event event{};
+    event.struct_size = sizeof event;
+    const cellm_result result = cellm_session_poll(session_.get(), kPollMs, &event);
+    if (result == CELLM_E_TIMEOUT) return std::nullopt;
+    expect(result);
+
+    const auto now = std::chrono::steady_clock::now();
+    if (event.kind == CELLM_EVENT_TEXT) {
+        if (text_seen_) {
+            metrics_.observe_inter_token(seconds(now - last_text_), event.generated_tokens - tokens_seen_);
+        } else {
+            metrics_.observe_time_to_first_token(seconds(now - submitted_));
+        }
+        text_seen_ = true;
+        last_text_ = now;
+        tokens_seen_ = event.generated_tokens;
+    } else {
+        // Before the caller answers, so /metrics agrees with the usage the client receives.
+        count_tokens();
+    }
+    return event;
+}
+
+cellm_finish_reason Generation::wait() {
+    while (true) {
+        const std::optional<cellm_event> event = next();
+        if (event && event->kind == CELLM_EVENT_DONE) return event->finish_reason;
+    }
+}
+
+void Generation::abandon() {
+    count_tokens();
+    session_.reset();  // cancels the turn and returns its KV blocks to the pool
+}
+
+cellm_session_stats Generation::stats() {
+    cellm_session_stats stats{};
+    stats.struct_size = sizeof stats;
+    expect(cellm_session_get_stats(session_.get(), &stats));
+    return stats;
+}
+
+std::string Generation::text() {
+    const char* text = nullptr;
+    size_t length = 0;
+    expect(cellm_session_get_text(session_.get(), &text, &length));
+    return {text, length};
+}
+
+// Once per request, whichever way it ends. Also runs from the destructor, so it never throws: a session
+// whose stats cannot be read is simply not counted.
+void Generation::count_tokens() {
+    if (tokens_counted_) return;
+    tokens_counted_ = true;
+    cellm_session_stats s{};
+    s.struct_size = sizeof s;
+    if (cellm_session_get_stats(session_.get(), &s) == CELLM_SUCCESS) {
+        metrics_.count_tokens(s.prompt_tokens, s.generated_tokens);
+    }
+}
+
+}  // namespace cellm::server

@@ -1,0 +1,93 @@
+// One request's turn on the engine and the bookkeeping around it: the session (destroyed on every path, so a
+// failed or abandoned request never keeps KV blocks), the latency histograms and token counters, and the
+// server-wide count of requests in flight that shutdown waits on.
+//
+// Events are polled (the session has no on_event callback): the request's own thread waits on its session
+// with a short timeout, so between events it can notice a client that went away and a shutdown that gave up
+// waiting, with no queue or wake-up shared with the scheduler thread.
+#pragma once
+
+#include "metrics.h"
+#include "openai_request.h"
+
+#include "cellm/cellm.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace cellm::server {
+
+// The requests holding a session. Shutdown stops admitting new ones, waits a grace period for the running
+// ones, then asks the rest to cancel.
+class InFlight {
+    struct Leave {
+        void operator()(InFlight* in_flight) const { in_flight->leave(); }
+    };
+
+public:
+    // Held for as long as a request owns a session.
+    using Ticket = std::unique_ptr<InFlight, Leave>;
+
+    // Null once shutdown has begun: the request must be refused.
+    Ticket enter();
+    // Refuses new requests, waits up to `grace` for the running ones to end, then tells the rest to cancel.
+    void drain(std::chrono::milliseconds grace);
+    bool cancelling() const { return cancelling_.load(); }
+
+private:
+    void leave();
+
+    std::mutex mutex_;
+    std::condition_variable idle_;
+    int active_ = 0;
+    bool draining_ = false;
+    std::atomic<bool> cancelling_{false};
+};
+
+class Generation {
+public:
+    // How long one poll waits for an event: the delay before a silent disconnect or a shutdown is noticed.
+    static constexpr int32_t kPollMs = 100;
+
+    // Creates the session with the request's settings and submits its prompt. Throws ApiError: 400 for a
+    // prompt that can never run (code context_length_exceeded), 500 for an engine failure.
+    Generation(cellm_engine* engine, const CompletionRequest& request, const std::string& name,
+               InFlight::Ticket ticket, Metrics& metrics);
+    ~Generation();
+    Generation(const Generation&) = delete;
+    Generation& operator=(const Generation&) = delete;
+
+    // The next event, or nullopt when none came within kPollMs. When shutdown stops waiting, the turn is
+    // cancelled here, so it still ends with a DONE event. The event's text is valid until the next call.
+    std::optional<cellm_event> next();
+    // Waits for the end of the turn and returns how it ended.
+    cellm_finish_reason wait();
+    // The client is gone: the session and its KV blocks are freed now.
+    void abandon();
+
+    // Of the turn (after DONE: final). The error string is valid until the next call on this object.
+    cellm_session_stats stats();
+    std::string text();
+
+private:
+    void count_tokens();
+
+    InFlight::Ticket ticket_;  // declared first: released after the session is destroyed
+    Metrics& metrics_;
+    struct Destroy {
+        void operator()(cellm_session* session) const { cellm_session_destroy(session); }
+    };
+    std::unique_ptr<cellm_session, Destroy> session_;
+    std::chrono::steady_clock::time_point submitted_, last_text_;
+    int32_t tokens_seen_ = 0;
+    bool text_seen_ = false;
+    bool cancel_sent_ = false;
+    bool tokens_counted_ = false;
+};
+
+}  // namespace cellm::server

@@ -1,0 +1,265 @@
+#include "openai_request.h"
+
+#include "api_error.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+
+namespace cellm::server {
+
+namespace {
+
+using nlohmann::json;
+
+// More than OpenAI's 4, few enough that checking them after every token stays cheap.
+constexpr size_t kMaxStopStrings = 16;
+
+[[noreturn]] void invalid(const std::string& param, const std::string& message, const char* code = "invalid_value") {
+    throw ApiError(400, message, code, param);
+}
+
+[[noreturn]] void wrong_type(const std::string& param, const char* expected) {
+    invalid(param, param + " must be " + expected, "invalid_type");
+}
+
+[[noreturn]] void unsupported(const char* param, const std::string& message) {
+    throw ApiError(400, message, "unsupported_parameter", param);
+}
+
+// The value of `key`, or nullptr when it is absent or null: clients send null to mean "not given".
+const json* field(const json& object, const char* key) {
+    const auto it = object.find(key);
+    return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string format_number(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", x);
+    return text;
+}
+
+std::optional<float> number(const json& body, const char* key, double lo, double hi) {
+    const json* value = field(body, key);
+    if (!value) return std::nullopt;
+    if (!value->is_number()) wrong_type(key, "a number");
+    const auto x = value->get<double>();
+    if (!(x >= lo && x <= hi)) {
+        invalid(key, std::string(key) + " must be between " + format_number(lo) + " and " + format_number(hi));
+    }
+    return static_cast<float>(x);
+}
+
+// An integer field, saturated to int64 (a seed may be any unsigned 64-bit value; see seed below).
+std::optional<int64_t> integer(const json& body, const char* key) {
+    const json* value = field(body, key);
+    if (!value) return std::nullopt;
+    if (!value->is_number_integer()) wrong_type(key, "an integer");
+    if (value->is_number_unsigned()) {
+        return static_cast<int64_t>(std::min<uint64_t>(value->get<uint64_t>(), std::numeric_limits<int64_t>::max()));
+    }
+    return value->get<int64_t>();
+}
+
+// A count that cellm takes as int32: huge values mean "no limit" to clients, so they saturate.
+std::optional<int32_t> count(const json& body, const char* key, int64_t min) {
+    const std::optional<int64_t> value = integer(body, key);
+    if (!value) return std::nullopt;
+    if (*value < min) invalid(key, std::string(key) + " must be at least " + std::to_string(min));
+    return static_cast<int32_t>(std::min<int64_t>(*value, std::numeric_limits<int32_t>::max()));
+}
+
+std::optional<bool> boolean(const json& object, const char* key, const std::string& param) {
+    const json* value = field(object, key);
+    if (!value) return std::nullopt;
+    if (!value->is_boolean()) wrong_type(param, "a boolean");
+    return value->get<bool>();
+}
+
+// Fields asking for something this server cannot do. Each is refused unless it holds the value that asks
+// for nothing, so clients that always send the defaults keep working.
+void refuse_unsupported(const json& body) {
+    const auto given = [&](const char* key, const auto& harmless) {
+        const json* value = field(body, key);
+        return value != nullptr && !harmless(*value);
+    };
+    const auto is_one = [](const json& v) { return v.is_number_integer() && v == 1; };
+    const auto is_false = [](const json& v) { return v.is_boolean() && !v.get<bool>(); };
+    const auto is_zero = [](const json& v) { return v.is_number_integer() && v == 0; };
+    const auto is_empty = [](const json& v) { return (v.is_string() || v.is_array() || v.is_object()) && v.empty(); };
+
+    if (given("n", is_one)) unsupported("n", "n must be 1: this server returns one choice per request");
+    if (given("best_of", is_one)) unsupported("best_of", "best_of must be 1: this server samples one answer");
+    if (given("echo", is_false)) unsupported("echo", "echo is not supported");
+    if (given("logprobs", is_false)) unsupported("logprobs", "logprobs are not supported");
+    if (given("top_logprobs", is_zero)) unsupported("top_logprobs", "top_logprobs are not supported");
+    if (given("suffix", is_empty)) unsupported("suffix", "suffix (insertion) is not supported");
+    if (given("logit_bias", is_empty)) unsupported("logit_bias", "logit_bias is not supported");
+    for (const char* key : {"tools", "functions"}) {
+        if (given(key, is_empty)) unsupported(key, std::string(key) + " (function calling) are not supported");
+    }
+    if (given("function_call", [](const json& v) { return v == "none"; })) {
+        unsupported("function_call", "function_call is not supported");
+    }
+    if (given("tool_choice", [](const json& v) { return v == "none" || v == "auto"; })) {
+        unsupported("tool_choice", "tool_choice is not supported: this server has no tools");
+    }
+    if (given("response_format", [](const json& v) { return v.is_object() && v.value("type", json()) == "text"; })) {
+        unsupported("response_format", "response_format other than {\"type\": \"text\"} is not supported");
+    }
+}
+
+// A message's content: a string, or an array of {"type": "text", "text": ...} parts joined by newlines.
+std::string message_content(const json& message, const std::string& path) {
+    const std::string param = path + ".content";
+    const json* content = field(message, "content");
+    if (content && content->is_string()) return content->get<std::string>();
+    if (!content || !content->is_array()) wrong_type(param, "a string or an array of text parts");
+    std::string text;
+    for (size_t i = 0; i < content->size(); ++i) {
+        const json& part = (*content)[i];
+        const std::string part_param = param + "[" + std::to_string(i) + "]";
+        if (!part.is_object()) wrong_type(part_param, "an object");
+        const json* type = field(part, "type");
+        if (!type || *type != "text") {
+            invalid(part_param + ".type", part_param + ".type must be \"text\": only text content is supported",
+                    "unsupported_value");
+        }
+        const json* part_text = field(part, "text");
+        if (!part_text || !part_text->is_string()) wrong_type(part_param + ".text", "a string");
+        if (i > 0) text += '\n';
+        text += part_text->get<std::string>();
+    }
+    return text;
+}
+
+std::vector<ChatMessage> parse_messages(const json& body) {
+    const json* messages = field(body, "messages");
+    if (!messages) invalid("messages", "messages is required", "missing_required_parameter");
+    if (!messages->is_array()) wrong_type("messages", "an array");
+    if (messages->empty()) invalid("messages", "messages must not be empty");
+    std::vector<ChatMessage> out;
+    for (size_t i = 0; i < messages->size(); ++i) {
+        const json& message = (*messages)[i];
+        const std::string path = "messages[" + std::to_string(i) + "]";
+        if (!message.is_object()) wrong_type(path, "an object");
+        const json* role = field(message, "role");
+        if (!role || !role->is_string()) wrong_type(path + ".role", "a string");
+        std::string name = role->get<std::string>();
+        // OpenAI's newer name for the system role; the chat templates know only "system".
+        if (name == "developer") name = "system";
+        if (name != "system" && name != "user" && name != "assistant") {
+            invalid(path + ".role", path + ".role must be system, user or assistant, not '" + name + "'",
+                    "unsupported_value");
+        }
+        out.push_back({std::move(name), message_content(message, path)});
+    }
+    return out;
+}
+
+// A string, or (as OpenAI's clients may send) a list holding exactly one string.
+std::string parse_prompt(const json& body) {
+    const json* prompt = field(body, "prompt");
+    if (!prompt) invalid("prompt", "prompt is required", "missing_required_parameter");
+    const json* text = prompt;
+    if (prompt->is_array()) {
+        if (prompt->size() != 1) invalid("prompt", "prompt must be a string or a list of exactly one string");
+        text = &prompt->front();
+    }
+    if (!text->is_string()) wrong_type("prompt", "a string or a list of exactly one string");
+    if (text->get_ref<const std::string&>().empty()) invalid("prompt", "prompt must not be empty");
+    return text->get<std::string>();
+}
+
+std::optional<std::vector<std::string>> parse_stop(const json& body) {
+    const json* stop = field(body, "stop");
+    if (!stop) return std::nullopt;
+    std::vector<std::string> out;
+    if (stop->is_string()) {
+        out.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+        if (stop->size() > kMaxStopStrings) {
+            invalid("stop", "stop holds at most " + std::to_string(kMaxStopStrings) + " strings");
+        }
+        for (const json& s : *stop) {
+            if (!s.is_string()) wrong_type("stop", "a string or an array of strings");
+            out.push_back(s.get<std::string>());
+        }
+    } else {
+        wrong_type("stop", "a string or an array of strings");
+    }
+    // An empty stop string would match before the first token: certainly not what the client meant.
+    if (std::any_of(out.begin(), out.end(), [](const std::string& s) { return s.empty(); })) {
+        invalid("stop", "stop strings must not be empty");
+    }
+    return out;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body) {
+    const json root = json::parse(body, nullptr, false);
+    if (root.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "invalid_json");
+    if (!root.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_json");
+    refuse_unsupported(root);
+
+    CompletionRequest r;
+    r.endpoint = endpoint;
+    if (endpoint == Endpoint::chat) {
+        r.messages = parse_messages(root);
+    } else {
+        r.prompt = parse_prompt(root);
+    }
+    if (const json* model = field(root, "model")) {
+        if (!model->is_string()) wrong_type("model", "a string");
+        r.model = model->get<std::string>();
+    }
+    r.stream = boolean(root, "stream", "stream").value_or(false);
+    if (const json* options = field(root, "stream_options")) {
+        if (!options->is_object()) wrong_type("stream_options", "an object");
+        r.include_usage = boolean(*options, "include_usage", "stream_options.include_usage").value_or(false);
+    }
+
+    // max_completion_tokens is OpenAI's newer name; it wins when a client sends both.
+    r.max_tokens = count(root, "max_completion_tokens", 1);
+    if (!r.max_tokens) r.max_tokens = count(root, "max_tokens", 1);
+    r.temperature = number(root, "temperature", 0, 2);
+    r.top_p = number(root, "top_p", 0, 1);
+    r.min_p = number(root, "min_p", 0, 1);
+    r.top_k = count(root, "top_k", 0);
+    r.frequency_penalty = number(root, "frequency_penalty", -2, 2);
+    r.presence_penalty = number(root, "presence_penalty", -2, 2);
+    // llama.cpp's extension: logits are divided by it, so it must be positive.
+    r.repeat_penalty = number(root, "repeat_penalty", 0, std::numeric_limits<float>::max());
+    if (r.repeat_penalty && *r.repeat_penalty <= 0) invalid("repeat_penalty", "repeat_penalty must be above 0");
+    // Any 64-bit integer: negative seeds are taken as their two's complement, like most clients' hashes.
+    if (const json* seed = field(root, "seed")) {
+        if (!seed->is_number_integer()) wrong_type("seed", "an integer");
+        r.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
+    }
+    r.stop = parse_stop(root);
+    return r;
+}
+
+void apply_sampling(const CompletionRequest& request, cellm_session_options& options,
+                    std::vector<const char*>& stop_storage) {
+    if (request.max_tokens) options.max_tokens = *request.max_tokens;
+    if (request.temperature) options.temperature = *request.temperature;
+    if (request.top_p) options.top_p = *request.top_p;
+    if (request.min_p) options.min_p = *request.min_p;
+    if (request.top_k) options.top_k = *request.top_k;
+    if (request.frequency_penalty) options.frequency_penalty = *request.frequency_penalty;
+    if (request.presence_penalty) options.presence_penalty = *request.presence_penalty;
+    if (request.repeat_penalty) options.repeat_penalty = *request.repeat_penalty;
+    if (request.seed) options.seed = *request.seed;
+    if (request.stop) {
+        stop_storage.clear();
+        for (const std::string& s : *request.stop) stop_storage.push_back(s.c_str());
+        options.stop = stop_storage.data();
+        options.n_stop = stop_storage.size();
+    }
+}
+
+}  // namespace cellm::server
