@@ -58,14 +58,14 @@ void Scheduler::submit(SessionId id, std::vector<int32_t> prompt) {
     if (s.state_ != SessionState::Idle) throw Error(who + " is still busy with its previous prompt");
     const auto n = static_cast<int32_t>(prompt.size());
     if (n >= engine_.context_length()) {
-        throw Error(who + ": the prompt has " + std::to_string(n) + " tokens; the context length is " +
+        throw PromptTooLongError(who + ": the prompt has " + std::to_string(n) + " tokens; the context length is " +
                     std::to_string(engine_.context_length()));
     }
     const KvStats kv = engine_.kv_stats();
     const int32_t block_size = engine_.kv_cache().block_size();
     const int32_t blocks = (n + 1 + block_size - 1) / block_size;  // the prompt and the first generated token
     if (blocks > kv.blocks) {
-        throw Error(who + ": the prompt needs " + std::to_string(blocks) + " KV blocks but the whole pool has " +
+        throw PromptTooLongError(who + ": the prompt needs " + std::to_string(blocks) + " KV blocks but the whole pool has " +
                     std::to_string(kv.blocks) + " (raise [context].kv_memory_mib)");
     }
     s.start_turn(std::move(prompt));

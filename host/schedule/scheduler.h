@@ -10,6 +10,7 @@
 #pragma once
 
 #include "engine/engine.h"
+#include "error.h"
 #include "schedule/session.h"
 #include "tokenize/tokenizer.h"
 
@@ -21,6 +22,12 @@
 #include <vector>
 
 namespace cellm {
+
+// A prompt longer than the context, or than the whole KV pool: it can never run, however long it waits.
+class PromptTooLongError : public Error {
+public:
+    using Error::Error;
+};
 
 // Limits that stand in for a small device's thermal and battery budget ([policy] in the manifest).
 struct Policy {

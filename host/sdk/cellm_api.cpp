@@ -49,6 +49,10 @@ class LoadError : public Error {
 public:
     using Error::Error;
 };
+class TooLongError : public Error {
+public:
+    using Error::Error;
+};
 class TimeoutError : public Error {
 public:
     using Error::Error;
@@ -73,6 +77,8 @@ cellm_result guarded(Body&& body) noexcept {
         return fail(CELLM_E_LOAD, e.what());
     } catch (const PromptError& e) {
         return fail(CELLM_E_PROMPT, e.what());
+    } catch (const TooLongError& e) {
+        return fail(CELLM_E_TOO_LONG, e.what());
     } catch (const cellm::sdk::BusyError& e) {
         return fail(CELLM_E_BUSY, e.what());
     } catch (const cellm::sdk::ClosedError& e) {
@@ -118,7 +124,7 @@ cellm::SessionOptions to_session_options(const cellm_session_options& o) {
         if (!ok) throw ArgumentError(message);
     };
     check(std::isfinite(o.temperature) && o.temperature >= 0, "temperature must be a finite number >= 0");
-    check(o.top_p > 0 && o.top_p <= 1, "top_p must be in (0, 1]");
+    check(o.top_p >= 0 && o.top_p <= 1, "top_p must be in [0, 1]");
     check(o.min_p >= 0 && o.min_p <= 1, "min_p must be in [0, 1]");
     check(std::isfinite(o.repeat_penalty) && o.repeat_penalty > 0, "repeat_penalty must be > 0");
     check(o.repeat_last_n >= 0, "repeat_last_n must be >= 0");
@@ -173,6 +179,8 @@ void submit(cellm_session* session, std::vector<int32_t> tokens) {
         throw;
     } catch (const cellm::sdk::ClosedError&) {
         throw;
+    } catch (const cellm::PromptTooLongError& e) {
+        throw TooLongError(e.what());
     } catch (const Error& e) {
         throw PromptError(e.what());
     }
@@ -195,6 +203,7 @@ const char* cellm_result_name(cellm_result result) {
         case CELLM_E_CLOSED: return "CELLM_E_CLOSED";
         case CELLM_E_TIMEOUT: return "CELLM_E_TIMEOUT";
         case CELLM_E_INTERNAL: return "CELLM_E_INTERNAL";
+        case CELLM_E_TOO_LONG: return "CELLM_E_TOO_LONG";
     }
     return "CELLM_E_UNKNOWN";
 }

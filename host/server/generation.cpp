@@ -72,11 +72,9 @@ Generation::Generation(cellm_engine* engine, const CompletionRequest& request, c
     } else {
         submitted = cellm_session_submit_text(session, request.prompt.c_str());
     }
-    // Checked empty already, so a prompt that can never run is one too long for the context.
-    if (submitted == CELLM_E_PROMPT) {
-        throw ApiError(400, cellm_last_error(), "context_length_exceeded",
-                       request.endpoint == Endpoint::chat ? "messages" : "prompt");
-    }
+    const char* param = request.endpoint == Endpoint::chat ? "messages" : "prompt";
+    if (submitted == CELLM_E_TOO_LONG) throw ApiError(400, cellm_last_error(), "context_length_exceeded", param);
+    if (submitted == CELLM_E_PROMPT) throw ApiError(400, cellm_last_error(), "invalid_prompt", param);
     expect(submitted);
 }
 

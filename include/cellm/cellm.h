@@ -47,12 +47,13 @@ typedef enum cellm_result {
     CELLM_E_INVALID_ARGUMENT = 1, /* NULL handle or pointer, struct_size too small, a value out of range */
     CELLM_E_MANIFEST = 2,         /* the manifest file or text does not parse or validate */
     CELLM_E_LOAD = 3,             /* plugins, model or backend could not be set up */
-    CELLM_E_PROMPT = 4,           /* the prompt can never run: empty, too long for the context or the KV pool,
-                                     messages the chat template cannot render */
+    CELLM_E_PROMPT = 4,           /* the prompt is unusable: empty, a token outside the vocabulary, messages the
+                                     chat template cannot render */
     CELLM_E_BUSY = 5,             /* the session is still generating its previous turn */
     CELLM_E_CLOSED = 6,           /* the engine was closed */
     CELLM_E_TIMEOUT = 7,          /* a wait or poll ran out of time (nothing is wrong with the session) */
-    CELLM_E_INTERNAL = 8          /* anything else; the message says what */
+    CELLM_E_INTERNAL = 8,         /* anything else; the message says what */
+    CELLM_E_TOO_LONG = 9          /* the prompt can never run: longer than the context, or than the whole KV pool */
 } cellm_result;
 
 /* The message of the last call on this thread that failed (CELLM_E_TIMEOUT included), one line; "" when none
@@ -187,7 +188,7 @@ typedef struct cellm_session_options {
     /* Sampling, in llama.cpp's order: penalties, top-k, top-p, min-p, temperature, seeded draw. */
     float temperature;        /* 0: greedy */
     int32_t top_k;            /* <= 0: off */
-    float top_p;              /* 1: off */
+    float top_p;              /* 1: off; 0 keeps only the most likely token */
     float min_p;              /* 0: off */
     float repeat_penalty;     /* 1: off; over the last repeat_last_n tokens of the context */
     int32_t repeat_last_n;
@@ -223,7 +224,7 @@ CELLM_API cellm_result cellm_session_fork(cellm_session* session, cellm_session*
 
 /* Starts a turn. Each call gives the whole conversation so far; what an earlier turn (or another session's
  * identical prefix) left in the KV cache is reused, not computed again. Returns at once; text arrives as events.
- * CELLM_E_BUSY while a turn runs, CELLM_E_PROMPT when the prompt can never run. */
+ * CELLM_E_BUSY while a turn runs, CELLM_E_PROMPT or CELLM_E_TOO_LONG when the prompt can never run. */
 CELLM_API cellm_result cellm_session_submit_text(cellm_session* session, const char* text); /* as is, BOS as the model asks */
 
 typedef struct cellm_message {
