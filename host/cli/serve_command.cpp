@@ -41,13 +41,16 @@ EnginePtr open_engine(const ServeOptions& o) {
     return EnginePtr(engine);
 }
 
-// The model file's name without its extension (SmolLM2-135M-Instruct.Q4_1), as llama-server names a model by
-// its file: general.name is often missing or has spaces.
+// The model's file name without a model-file extension (SmolLM2-135M-Instruct.Q4_1), or its folder's name for a
+// Hugging Face folder, as llama-server names a model by its file: general.name is often missing or has spaces.
 std::string model_id(cellm_engine* engine) {
     cellm_engine_info info{};
     info.struct_size = sizeof info;
     check(cellm_engine_get_info(engine, &info));
-    return std::filesystem::path(info.model_path).stem().string();
+    std::filesystem::path path(info.model_path);
+    if (!path.has_filename()) path = path.parent_path();  // a folder given as DIR/
+    const std::string ext = path.extension().string();
+    return ext == ".gguf" || ext == ".cellm" ? path.stem().string() : path.filename().string();
 }
 
 // An IPv6 address needs brackets in a URL.
