@@ -12,7 +12,7 @@
 
 #include "plugin_host.hpp"
 
-#include <cellm/cellm.h>
+#include <cellm/abi.h>
 
 #include <algorithm>
 #include <cstring>

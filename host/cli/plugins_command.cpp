@@ -71,8 +71,11 @@ Command add_plugins(CLI::App& app) {
             if (!caps.empty()) std::printf("      %s\n", caps.c_str());
         }
         for (const SkippedFile& s : registry.skipped()) std::printf("skipped  %s: %s\n", s.file.c_str(), s.reason.c_str());
-        if (registry.all().empty()) std::printf("no plugins found (searched %s/plugins and CELLM_PLUGIN_PATH)\n",
-                                                host_dir().c_str());
+        if (registry.all().empty()) {
+            std::string searched;
+            for (const auto& dir : default_plugin_dirs()) searched += dir.string() + ", ";
+            std::printf("no plugins found (searched %sCELLM_PLUGIN_PATH and --path)\n", searched.c_str());
+        }
         return 0;
     };
 }

@@ -157,7 +157,7 @@ void PluginRegistry::add_directory(const fs::path& dir) {
 }
 
 void PluginRegistry::discover(const std::vector<fs::path>& extra) {
-    add_directory(host_dir() / "plugins");
+    for (const fs::path& dir : default_plugin_dirs()) add_directory(dir);
     if (const char* env = std::getenv("CELLM_PLUGIN_PATH")) {
         std::stringstream list(env);
         std::string item;
@@ -204,6 +204,15 @@ std::string PluginRegistry::names(cellm_plugin_kind kind) const {
     std::string out;
     for (const Plugin* p : plugins(kind)) out += (out.empty() ? "" : ", ") + std::string(p->name());
     return out.empty() ? "none" : out;
+}
+
+// Relative to the binary that holds the host code, so that neither a build tree nor an install prefix needs
+// configuration: build/bin/plugins sits beside cellm-host and libcellm.so in a build tree; an install puts the
+// plugins in P/lib/cellm/plugins, which libcellm.so (in P/lib) reaches as cellm/plugins and cellm-host (in P/bin)
+// as ../lib/cellm/plugins. A missing folder is skipped and a file reached twice is loaded once.
+std::vector<fs::path> default_plugin_dirs() {
+    const fs::path dir = host_dir();
+    return {dir / "plugins", dir / "cellm" / "plugins", (dir / ".." / "lib" / "cellm" / "plugins").lexically_normal()};
 }
 
 fs::path host_dir() {

@@ -41,8 +41,8 @@ public:
     PluginRegistry(const PluginRegistry&) = delete;
     PluginRegistry& operator=(const PluginRegistry&) = delete;
 
-    // The documented search order: the plugins folder next to the executable, then each entry of
-    // CELLM_PLUGIN_PATH (colon-separated), then `extra` (e.g. the manifest's [plugins].paths).
+    // The documented search order: default_plugin_dirs(), then each entry of CELLM_PLUGIN_PATH
+    // (colon-separated), then `extra` (e.g. the manifest's [plugins].paths).
     void discover(const std::vector<std::filesystem::path>& extra = {});
 
     // Loads every *.so in `dir` in name order (a missing folder is skipped quietly).
@@ -68,8 +68,10 @@ private:
     std::vector<std::filesystem::path> seen_;  // canonical paths already considered
 };
 
-// Folder of the binary that holds the host code: cellm-host itself, or libcellm.so inside an application. Its
-// plugins/ subfolder is where plugins are looked for first.
+// Folder of the binary that holds the host code: cellm-host itself, or libcellm.so inside an application.
 std::filesystem::path host_dir();
+// The folders searched first, in order: host_dir()/plugins (a build tree), host_dir()/cellm/plugins (libcellm.so
+// installed in P/lib) and host_dir()/../lib/cellm/plugins (cellm-host installed in P/bin).
+std::vector<std::filesystem::path> default_plugin_dirs();
 
 }  // namespace cellm

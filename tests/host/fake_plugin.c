@@ -1,6 +1,6 @@
 /* A format plugin in plain C99 built against abi/ alone, compiled several times with switches that make it
  * well-formed or broken in one specific way, so the host's discovery can be tested file by file. */
-#include <cellm/cellm.h>
+#include <cellm/abi.h>
 
 #ifndef FAKE_MAJOR
 #define FAKE_MAJOR CELLM_ABI_MAJOR

@@ -2,7 +2,7 @@
 // that records the nodes an arch appends.
 #pragma once
 
-#include <cellm/cellm.h>
+#include <cellm/abi.h>
 
 #include <deque>
 #include <string>

@@ -16,7 +16,7 @@
 #include "hparams.hpp"
 #include "plugin_host.hpp"
 
-#include <cellm/cellm.h>
+#include <cellm/abi.h>
 
 #include <string>
 

@@ -1,6 +1,6 @@
 /* cellm plugin ABI: everything a plugin author includes. */
-#ifndef CELLM_CELLM_H
-#define CELLM_CELLM_H
+#ifndef CELLM_ABI_H
+#define CELLM_ABI_H
 #include "cellm/plugin.h"
 #include "cellm/tensor.h"
 #include "cellm/graph.h"
