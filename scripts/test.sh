@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# The project's test command: configure and build build/ (Release), fetch the reference model, run every test.
+# The project's test command: configure and build build/ (Release), fetch the reference models, run every test,
+# two at a time (most tests use one core; CI machines have two).
+#   scripts/test.sh          what CI runs
+#   scripts/test.sh --full   also the checks that take minutes and that others imply (CELLM_TEST_FULL=1):
+#                            the Vulkan backend's real-model q8-cache and greedy runs on lavapipe
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+case "${1:-}" in
+  "") ;;
+  --full) export CELLM_TEST_FULL=1 ;;
+  *) echo "usage: scripts/test.sh [--full]" >&2; exit 2 ;;
+esac
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
 scripts/fetch_models.sh
-ctest --test-dir build --output-on-failure
+ctest --test-dir build --output-on-failure -j2

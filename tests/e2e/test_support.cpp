@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -26,6 +27,11 @@ fs::path models_dir() {
 }
 
 fs::path smollm2_path() { return models_dir() / "SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+bool full_suite() {
+    const char* env = std::getenv("CELLM_TEST_FULL");
+    return env != nullptr && std::string_view(env) == "1";
+}
 
 namespace {
 struct TempDir {

@@ -18,6 +18,9 @@ std::filesystem::path source_dir();
 // The folder scripts/fetch_models.sh fills: $CELLM_MODELS, else ~/.cache/cellm/models.
 std::filesystem::path models_dir();
 std::filesystem::path smollm2_path();
+// True under `scripts/test.sh --full` (CELLM_TEST_FULL=1): the checks that take minutes and that others imply
+// run too. The default run, which CI runs, skips them with the reason.
+bool full_suite();
 // A fresh folder under the system temp dir, removed at exit of the test program.
 std::filesystem::path temp_dir();
 
