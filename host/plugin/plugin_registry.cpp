@@ -112,7 +112,17 @@ bool PluginRegistry::add_file(const fs::path& file) {
     cellm_plugin_entry_fn entry = nullptr;
     static_assert(sizeof(entry) == sizeof(symbol));
     std::memcpy(&entry, &symbol, sizeof(entry));  // dlsym returns data pointers; POSIX allows this cast
-    const cellm_plugin_desc* d = entry(host_api(), CELLM_ABI_MAJOR, CELLM_ABI_MINOR);
+    // The ABI forbids exceptions across it, but a C++ plugin that breaks the rule costs only its own file.
+    const cellm_plugin_desc* d = nullptr;
+    try {
+        d = entry(host_api(), CELLM_ABI_MAJOR, CELLM_ABI_MINOR);
+    } catch (const std::exception& e) {
+        skip(file, std::string("the entry point threw: ") + e.what());
+        return false;
+    } catch (...) {
+        skip(file, "the entry point threw");
+        return false;
+    }
     if (d == nullptr) {
         skip(file, "the plugin declined ABI " + std::to_string(CELLM_ABI_MAJOR) + "." + std::to_string(CELLM_ABI_MINOR));
         return false;

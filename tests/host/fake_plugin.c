@@ -40,12 +40,18 @@ static const cellm_format_iface iface = {
 #endif
     fake_probe, fake_open, fake_close, fake_get_view};
 
+#ifdef FAKE_NULL_TABLE
+#define FAKE_IFACE NULL
+#else
+#define FAKE_IFACE &iface
+#endif
 static const cellm_plugin_desc desc = {sizeof(cellm_plugin_desc), FAKE_MAJOR, FAKE_MINOR, CELLM_PLUGIN_FORMAT, FAKE_NAME,
-                                       "0.0.1", "a plugin for discovery tests", &iface};
+                                       "0.0.1", "a plugin for discovery tests", FAKE_IFACE};
 
 #ifndef FAKE_NO_ENTRY
 CELLM_EXPORT const cellm_plugin_desc* cellm_plugin_entry(const cellm_host_api* h, uint32_t major, uint32_t minor) {
     (void)minor;
+    (void)iface;  /* unused when FAKE_NULL_TABLE hands out no table */
     host = h;
 #ifdef FAKE_DECLINE
     (void)major;

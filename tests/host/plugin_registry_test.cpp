@@ -28,6 +28,8 @@ TEST(PluginRegistry, AcceptsGoodPluginsAndSkipsBadOnesWithAReason) {
     r.add_file(fakes / "fake-declines.so");
     r.add_file(fakes / "fake-small-table.so");
     r.add_file(fakes / "fake-no-entry.so");
+    r.add_file(fakes / "fake-null-table.so");
+    r.add_file(fakes / "fake-throws.so");
 
     ASSERT_NE(r.find(CELLM_PLUGIN_FORMAT, "fake"), nullptr);
     EXPECT_EQ(r.find(CELLM_PLUGIN_FORMAT, "fake")->file.filename(), "fake-good.so");
@@ -39,6 +41,9 @@ TEST(PluginRegistry, AcceptsGoodPluginsAndSkipsBadOnesWithAReason) {
     EXPECT_NE(reason_for(r, "fake-declines.so").find("declined"), std::string::npos);
     EXPECT_NE(reason_for(r, "fake-small-table.so").find("too small"), std::string::npos);
     EXPECT_NE(reason_for(r, "fake-no-entry.so").find("not a cellm plugin"), std::string::npos);
+    EXPECT_NE(reason_for(r, "fake-null-table.so").find("lacks a name, version or function table"), std::string::npos);
+    EXPECT_NE(reason_for(r, "fake-throws.so").find("the entry point threw: this plugin fails to start"),
+              std::string::npos);
 }
 
 TEST(PluginRegistry, FilesThatAreNotLibrariesAreSkipped) {
