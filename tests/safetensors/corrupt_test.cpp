@@ -87,6 +87,10 @@ const Corruption corruptions[] = {
      "missing"},
     {"config_bad_json", [](const fs::path& d) { write_bytes(d / "config.json", {'{', '"'}); }, CELLM_ERR_CORRUPT,
      "config.json", "not valid JSON"},
+    {"config_number_overflow", [](const fs::path& d) {
+         const std::string text = R"({"model_type": "llama", "hidden_size": 1e605})";
+         write_bytes(d / "config.json", std::vector<uint8_t>(text.begin(), text.end()));
+     }, CELLM_ERR_CORRUPT, "config.json", "not valid JSON"},
     {"config_missing_key", [](const fs::path& d) { json c = config; c.erase("hidden_size"); write_json(d / "config.json", c); },
      CELLM_ERR_NOT_FOUND, "config.json", "missing 'hidden_size'"},
     {"unsupported_model_type", [](const fs::path& d) { json c = config; c["model_type"] = "mamba"; write_json(d / "config.json", c); },
@@ -103,6 +107,11 @@ const Corruption corruptions[] = {
      }, CELLM_ERR_CORRUPT, "model.safetensors", "header length 1099511627776 runs past the end of the file"},
     {"header_bad_json", [](const fs::path& d) { shard(d, raw_shard("{\"model.norm.weight\": {", 32)); }, CELLM_ERR_CORRUPT,
      "model.safetensors", "header is not valid JSON"},
+    // Found by fuzz/fuzz_safetensors: a number beyond double's range made nlohmann::json throw out_of_range
+    // (not parse_error), which escaped as CELLM_ERR_INTERNAL.
+    {"header_number_overflow", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [1e605], "data_offsets": [0, 32]}})", 32));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "header is not valid JSON"},
     {"header_not_object", [](const fs::path& d) { shard(d, raw_shard("[1, 2]", 0)); }, CELLM_ERR_CORRUPT,
      "model.safetensors", "header is not a JSON object"},
     {"tensor_entry_malformed", [](const fs::path& d) { shard(d, raw_shard("{\"model.norm.weight\": {\"dtype\": \"F32\"}}", 32)); },
@@ -150,6 +159,10 @@ const Corruption corruptions[] = {
      }, CELLM_ERR_CORRUPT, "model.safetensors", "has 6 rows, not a multiple of 2 x 2 heads"},
     {"tokenizer_bad_json", [](const fs::path& d) { write_bytes(d / "tokenizer.json", {'['}); }, CELLM_ERR_CORRUPT,
      "tokenizer.json", "not valid JSON"},
+    {"tokenizer_number_overflow", [](const fs::path& d) {
+         const std::string text = R"({"model": {"type": "BPE", "vocab": {"a": -1e605}}})";
+         write_bytes(d / "tokenizer.json", std::vector<uint8_t>(text.begin(), text.end()));
+     }, CELLM_ERR_CORRUPT, "tokenizer.json", "not valid JSON"},
     {"tokenizer_not_bpe", [](const fs::path& d) { write_json(d / "tokenizer.json", {{"model", {{"type", "Unigram"}}}}); },
      CELLM_ERR_UNSUPPORTED, "tokenizer.json", "model.type \"Unigram\" is not supported"},
     {"tokenizer_unknown_pre", [](const fs::path& d) {

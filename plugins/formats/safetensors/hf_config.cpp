@@ -84,7 +84,7 @@ json read_json_file(const std::filesystem::path& path) {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     try {
         return json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e605
         throw plugin::Failure(CELLM_ERR_CORRUPT, path.string() + ": not valid JSON: " + e.what());
     }
 }

@@ -53,7 +53,7 @@ std::vector<ShardTensor> read_shard(const std::string& file, const uint8_t* data
     json root;
     try {
         root = json::parse(header, header + header_len, unique_names);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number such as 1e605
         fail(std::string("header is not valid JSON: ") + e.what());
     }
     if (!root.is_object()) fail("header is not a JSON object");
