@@ -95,6 +95,7 @@ public:
     template <typename Read>
     auto with_session(SessionId id, Read read) {
         Lock lock(*this);
+        check_open();  // a close on another thread may have come after the caller's own check
         return read(scheduler_->session(id));
     }
 

@@ -158,14 +158,19 @@ static char* run_capture(char* const argv[]) {
 
 /* The value of "key" in cellm-host's one-line JSON: an array of integers. Keys are unique and string values
  * escape their quotes, so the first match is the key. */
-static int json_ids(const char* json, const char* key, token_list* out) {
+static const char* json_value(const char* json, const char* key) {
     char pattern[64];
     snprintf(pattern, sizeof pattern, "\"%s\":", key);
     const char* p = strstr(json, pattern);
-    if (p == NULL) return 0;
+    if (p == NULL) return NULL;
     p += strlen(pattern);
     while (*p == ' ') ++p;
-    if (*p++ != '[') return 0;
+    return p;
+}
+
+static int json_ids(const char* json, const char* key, token_list* out) {
+    const char* p = json_value(json, key);
+    if (p == NULL || *p++ != '[') return 0;
     out->n = 0;
     for (;;) {
         while (*p == ' ' || *p == ',') ++p;
@@ -179,13 +184,8 @@ static int json_ids(const char* json, const char* key, token_list* out) {
 }
 
 static int json_string(const char* json, const char* key, char* out, size_t capacity) {
-    char pattern[64];
-    snprintf(pattern, sizeof pattern, "\"%s\":", key);
-    const char* p = strstr(json, pattern);
-    if (p == NULL) return 0;
-    p += strlen(pattern);
-    while (*p == ' ') ++p;
-    if (*p++ != '"') return 0;
+    const char* p = json_value(json, key);
+    if (p == NULL || *p++ != '"') return 0;
     const char* end = strchr(p, '"');
     if (end == NULL || (size_t)(end - p) >= capacity) return 0;
     memcpy(out, p, (size_t)(end - p));
