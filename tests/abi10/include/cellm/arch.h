@@ -1,0 +1,79 @@
+/* cellm plugin ABI: model-architecture plugins (llama, gemma3, qwen, ...).
+ * See plugin.h for the conventions (struct_size, ownership, status), graph.h for the graph.
+ *
+ * An arch reads hyperparameters from the model view's metadata, checks that the tensors it needs exist
+ * with the right shapes, and builds the forward graph of one step on request. It never touches weight
+ * data or device memory: weights enter the graph as CELLM_OP_WEIGHT leaves naming a tensor index. */
+#ifndef CELLM_ARCH_H
+#define CELLM_ARCH_H
+
+#include "cellm/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A model bound to an arch: hyperparameters and tensor indices. Created by load, destroyed by destroy. */
+typedef struct cellm_arch_model cellm_arch_model;
+
+/* What the host needs to size the KV cache and the logits. Filled by get_info. */
+typedef struct cellm_arch_info {
+    size_t struct_size;
+    int32_t n_layer;
+    int32_t n_vocab;     /* rows of the logits */
+    int32_t n_embd;
+    int32_t n_ctx_train; /* context length the model was trained for */
+    int32_t kv_dim;      /* width of one token's K (and V) row per layer: n_head_kv * head_dim */
+} cellm_arch_info;
+
+/* The shape of one step. Every graph built for the same shape has the same nodes, so a backend plan made
+ * for it can be executed again for any batch of that shape. */
+typedef struct cellm_batch_shape {
+    size_t struct_size;
+    int32_t n_tokens;   /* rows of the batch */
+    int32_t n_seqs;     /* rows of the block table */
+    int32_t n_outputs;  /* rows whose logits are wanted */
+    int32_t max_blocks; /* columns of the block table */
+    int32_t block_size; /* token slots per KV block */
+} cellm_batch_shape;
+
+/* Host service through which an arch appends nodes. Owned by the host, valid during build_graph only. */
+typedef struct cellm_graph_builder {
+    size_t struct_size;
+    void* ctx; /* pass back unchanged */
+    /* Appends a copy of `node` (its name too) and returns its index, or -1 if the node is malformed
+     * (a src index out of range) or memory ran out; the host then fails the build with a message.
+     * `node_size` is sizeof(cellm_node) as the arch was compiled: the host copies what both sides know and
+     * zero-fills fields a newer host has beyond it, so cellm_node can grow within a major. */
+    int32_t (*add_node)(void* ctx, const cellm_node* node, size_t node_size);
+    /* Declares a node as a graph output, in order (the logits first). */
+    void (*add_output)(void* ctx, int32_t node);
+} cellm_graph_builder;
+
+/* Threading: load and destroy are called from one thread. A loaded model is immutable: get_info and
+ * build_graph may run concurrently on it. */
+typedef struct cellm_arch_iface {
+    size_t struct_size;
+
+    /* NULL-terminated list of general.architecture values this plugin serves (static storage). */
+    const char* const* architectures;
+
+    /* Binds `model` (borrowed: the host keeps it alive until destroy) to this arch. Fails with
+     * CELLM_ERR_CORRUPT or CELLM_ERR_NOT_FOUND naming the missing key or tensor, or the bad shape. */
+    cellm_status* (*load)(const cellm_model_view* model, cellm_arch_model** out);
+
+    void (*destroy)(cellm_arch_model* model);
+
+    /* Fills `out` (caller sets out->struct_size). */
+    cellm_status* (*get_info)(const cellm_arch_model* model, cellm_arch_info* out);
+
+    /* Builds the forward graph of one step through `builder`. Its only output is the logits,
+     * F32 [n_vocab, shape->n_outputs], for the rows CELLM_INPUT_OUTPUT_ROWS names. */
+    cellm_status* (*build_graph)(const cellm_arch_model* model, const cellm_batch_shape* shape,
+                                 const cellm_graph_builder* builder);
+} cellm_arch_iface;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CELLM_ARCH_H */

@@ -1,0 +1,155 @@
+/* cellm plugin ABI: the compute graph an arch builds and a backend runs.
+ * See plugin.h for the conventions (struct_size, ownership, status).
+ *
+ * A graph describes one engine step: a batch of tokens that may belong to several sequences. Nodes are
+ * listed in a valid execution order (every src index is smaller than the node's own index). Every tensor
+ * is contiguous and its shape is ne[0..3] with ne[0] innermost; activations are F32.
+ *
+ * Leaves are of three kinds, all resolved by the host before the backend sees the graph:
+ *  - CELLM_OP_WEIGHT: a model tensor; `tensor` says where it lives on the backend.
+ *  - CELLM_OP_KV_CACHE: one layer's K or V pool, or an I8 pool's scales; `tensor` says where it lives.
+ *  - CELLM_OP_INPUT: per-step data (token ids, positions, page tables, ...) bound at execute time.
+ *
+ * The KV cache is paged: a pool of blocks of `block_size` token slots, shared by all sequences. Slot s of
+ * a layer's K pool is row s of a [kv_dim, n_slots] tensor, and block b holds slots b*block_size ..
+ * (b+1)*block_size-1. A sequence's page table lists its blocks in position order, so key position j of
+ * sequence r lives in slot block_table[r][j / block_size] * block_size + j % block_size.
+ *
+ * Pools are F32, F16 or I8. An I8 pool stores int8 codes and has a companion scale pool, F32 [n_groups,
+ * n_slots] (a KV_CACHE leaf of iparams[1] = 2 for K, 3 for V): each slot's row of kv_dim values is cut into
+ * n_groups equal runs of kv_dim / n_groups consecutive values, and value i of slot s means
+ * scales[s][i / (kv_dim / n_groups)] * codes[s][i], computed in float. A group's scale is max|x| / 127 over its
+ * values and its codes are round-to-nearest-even(x / scale) clamped to [-127, 127]; a group of zeros has scale
+ * 0 and codes 0. n_groups is the host's choice (any divisor of kv_dim): backends must accept every one.
+ * The host adds the scale leaves and the sources that name them (KV_STORE, ATTENTION), so an arch builds the
+ * same graph whatever the pool type.
+ */
+#ifndef CELLM_GRAPH_H
+#define CELLM_GRAPH_H
+
+#include "cellm/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CELLM_MAX_SRC 8
+#define CELLM_MAX_PARAMS 8
+
+typedef enum cellm_op {
+    CELLM_OP_NONE = 0,
+
+    /* Leaves. */
+    CELLM_OP_WEIGHT = 1,   /* iparams[0]: tensor index in the model view                                   */
+    CELLM_OP_KV_CACHE = 2, /* iparams[0]: layer, iparams[1]: 0 = K, 1 = V. ne = [kv_dim, n_slots];
+                            * 2 = K scales, 3 = V scales of I8 pools: F32 ne = [n_groups, n_slots]          */
+    CELLM_OP_INPUT = 3,    /* iparams[0]: a cellm_input_kind. I32 data, shape per kind (see below)          */
+
+    /* Table lookup: out[:, i] = dequant(src0[:, src1[i]]). src0: [n, rows] any supported type,
+     * src1: I32 [m]. out: F32 [n, m]. Used for embeddings and to pick output rows. */
+    CELLM_OP_GET_ROWS = 10,
+
+    /* out = src1 x src0^T as in y = W x: src0 the weight [k, m] (any supported type), src1 F32 [k, n].
+     * out: F32 [m, n]. */
+    CELLM_OP_MATMUL = 11,
+
+    /* Element-wise on F32. src1 is broadcast: each of its dims is either equal to src0's or 1. */
+    CELLM_OP_ADD = 12,
+    CELLM_OP_MUL = 13,
+    CELLM_OP_SCALE = 14, /* out = src0 * fparams[0] */
+
+    /* RMS normalisation over ne[0]: out = src0 / sqrt(mean(src0^2) + fparams[0]) (eps), then multiplied by
+     * src1 (F32 [ne0], broadcast) when src[1] >= 0. */
+    CELLM_OP_RMS_NORM = 15,
+
+    /* Unary activations on F32. */
+    CELLM_OP_SILU = 16,
+    CELLM_OP_GELU = 17, /* tanh approximation */
+    CELLM_OP_TANH = 18,
+
+    /* Gated unit: out = act(src0) * src1, act = SILU when iparams[0] == 0 (SwiGLU), GELU (tanh) when 1. */
+    CELLM_OP_GLU = 19,
+
+    /* Rotary position embedding on src0 F32 [head_dim, n_heads, n_tokens] with positions src1 (I32 [n_tokens]).
+     * iparams[0]: n_rot (leading dims of each head that rotate), iparams[1]: cellm_rope_mode.
+     * fparams[0]: freq_base, fparams[1]: freq_scale (linear position scaling, 1 = none).
+     * src[2] (optional, F32 [n_rot/2]): per-frequency divisors (Llama 3 "rope_freqs"). */
+    CELLM_OP_ROPE = 20,
+
+    /* Reinterpret a contiguous src0 with the node's shape (same element count). No data moves. */
+    CELLM_OP_RESHAPE = 21,
+
+    /* Write the new keys or values of this step into a layer's pool: for each token t, row t of src1
+     * (F32 [kv_dim, n_tokens]) goes to slot src2[t] of src0 (a CELLM_OP_KV_CACHE leaf), converted to the
+     * pool's type. The output aliases src0 and has its type and shape (the host fills both in, as it does for
+     * the pool leaf); later readers list this node as a source to order after it.
+     * An I8 pool takes its scale pool as src3 (-1 otherwise): the store writes each token's codes and scales. */
+    CELLM_OP_KV_STORE = 22,
+
+    /* Causal attention through the page table, multi-head with grouped KV heads.
+     * src0: q F32 [head_dim, n_head, n_tokens]; src1: K pool; src2: V pool (KV_STORE nodes of this step,
+     * so the new tokens are in place); src3: block table I32 [max_blocks, n_seqs]; src4: token's sequence
+     * row I32 [n_tokens]; src5: positions I32 [n_tokens]; src6, src7: the scale pools (KV_CACHE leaves) of an
+     * I8 K pool and an I8 V pool, -1 for the other types.
+     * Token t (sequence r = src4[t], position p = src5[t]) attends to key positions j with
+     * max(0, p - window + 1) <= j <= p of sequence r.
+     * iparams: [0] n_head, [1] n_head_kv, [2] head_dim, [3] block_size, [4] window (0 = unlimited).
+     * fparams: [0] scale applied to q.k, [1] logit soft-cap (0 = none: s = cap * tanh(s / cap)).
+     * out: F32 [head_dim * n_head, n_tokens]. */
+    CELLM_OP_ATTENTION = 23,
+
+    CELLM_OP_COUNT
+} cellm_op;
+
+typedef enum cellm_rope_mode {
+    CELLM_ROPE_ADJACENT = 0, /* rotate pairs (2i, 2i+1): GGUF's permuted Llama Q/K layout */
+    CELLM_ROPE_HALVES = 1    /* rotate pairs (i, i + n_rot/2): Hugging Face layout, GPT-NeoX, Qwen, Gemma */
+} cellm_rope_mode;
+
+/* What a CELLM_OP_INPUT leaf carries. The host binds host memory for each at execute time. */
+typedef enum cellm_input_kind {
+    CELLM_INPUT_TOKENS = 0,       /* I32 [n_tokens]: token ids                                       */
+    CELLM_INPUT_POSITIONS = 1,    /* I32 [n_tokens]: position of each token in its sequence           */
+    CELLM_INPUT_TOKEN_SEQ = 2,    /* I32 [n_tokens]: row of the block table each token belongs to     */
+    CELLM_INPUT_SLOTS = 3,        /* I32 [n_tokens]: KV slot each token's keys and values go to        */
+    CELLM_INPUT_BLOCK_TABLE = 4,  /* I32 [max_blocks, n_seqs]: page table per sequence (-1 padding)   */
+    CELLM_INPUT_OUTPUT_ROWS = 5,  /* I32 [n_outputs]: batch rows whose logits are wanted, ascending     */
+    CELLM_INPUT_COUNT
+} cellm_input_kind;
+
+/* One node. Plain data; the graph's owner keeps it alive. Sizes are fixed for ABI major 1: a later minor
+ * may append fields, so readers step through arrays with cellm_graph.node_size. */
+typedef struct cellm_node {
+    cellm_op op;
+    cellm_dtype type;           /* output element type (F32 except for leaves)                          */
+    int64_t ne[CELLM_MAX_DIMS]; /* output shape                                                          */
+    int32_t src[CELLM_MAX_SRC]; /* indices of earlier nodes, -1 when unused                               */
+    int32_t iparams[CELLM_MAX_PARAMS];
+    float fparams[CELLM_MAX_PARAMS];
+    const char* name;           /* optional, for debugging; owned by the graph's owner                  */
+    cellm_tensor_desc tensor;   /* leaves WEIGHT and KV_CACHE: resolved storage; otherwise zeroed       */
+} cellm_node;
+
+/* A whole step. Built by the host (from the arch's nodes); owned by the host and valid for the call that
+ * receives it. A backend that keeps information past that call copies it (graph_prepare does). */
+typedef struct cellm_graph {
+    size_t struct_size;
+    size_t node_size; /* sizeof(cellm_node) as the writer compiled it */
+    int32_t n_nodes;
+    const cellm_node* nodes;
+    int32_t n_outputs;      /* nodes whose values the host reads back after execute (logits) */
+    const int32_t* outputs;
+} cellm_graph;
+
+static inline const cellm_node* cellm_graph_node(const cellm_graph* g, int32_t i) {
+    return (const cellm_node*)((const char*)g->nodes + (size_t)i * g->node_size);
+}
+
+static inline int64_t cellm_node_nelements(const cellm_node* n) {
+    return n->ne[0] * n->ne[1] * n->ne[2] * n->ne[3];
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CELLM_GRAPH_H */

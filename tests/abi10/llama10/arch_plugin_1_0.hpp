@@ -1,0 +1,94 @@
+// The C side of an arch plugin built on this library: the cellm_arch_iface functions, which keep exceptions
+// from crossing the ABI, the descriptor, and the entry point's body. An arch supplies a description type:
+//
+//   struct MyArch {
+//       static constexpr const char* kName = "myarch";   // plugin name, and the prefix of its messages
+//       static constexpr const char* kVersion = "0.1.0";
+//       static constexpr const char* kDescription = "...";
+//       static constexpr const char* const kArchitectures[] = {"myarch", nullptr};  // general.architecture
+//       using Model = ...;  // has `const cellm_model_view* view` and `Hparams hp`
+//       static Model load(const cellm_model_view& view);  // throws plugin::Failure
+//       static void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g);
+//   };
+#pragma once
+
+#include "graph_builder.hpp"
+#include "hparams.hpp"
+#include "plugin_host.hpp"
+
+#include <cellm/cellm.h>
+
+#include <string>
+
+namespace cellm::transformer {
+
+template <class Arch>
+class ArchPlugin {
+public:
+    // Stores the host's services and answers the descriptor; NULL for a host of another major.
+    static const cellm_plugin_desc* entry(const cellm_host_api* host, uint32_t host_abi_major) {
+        if (host == nullptr || host_abi_major != CELLM_ABI_MAJOR) return nullptr;
+        plugin::host() = host;
+        return &kDesc;
+    }
+
+private:
+    using Model = typename Arch::Model;
+
+    // The host holds the model only as the opaque pointer load() returned.
+    static cellm_arch_model* opaque(Model* m) { return reinterpret_cast<cellm_arch_model*>(m); }
+    static const Model& model_of(const cellm_arch_model* m) { return *reinterpret_cast<const Model*>(m); }
+
+    static std::string where(const char* what) { return std::string(Arch::kName) + ": " + what; }
+
+    static cellm_status* load(const cellm_model_view* view, cellm_arch_model** out) {
+        return plugin::guard([&]() -> cellm_status* {
+            if (view == nullptr || out == nullptr || view->struct_size < sizeof(cellm_model_view)) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("load needs a model view and an output"));
+            }
+            *out = opaque(new Model(Arch::load(*view)));
+            return nullptr;
+        });
+    }
+
+    static void destroy(cellm_arch_model* model) { delete reinterpret_cast<Model*>(model); }
+
+    static cellm_status* get_info(const cellm_arch_model* model, cellm_arch_info* out) {
+        return plugin::guard([&]() -> cellm_status* {
+            if (model == nullptr || out == nullptr || out->struct_size < sizeof(cellm_arch_info)) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("get_info needs a model and a cellm_arch_info"));
+            }
+            const Hparams& hp = model_of(model).hp;
+            out->n_layer = hp.n_layer;
+            out->n_vocab = hp.n_vocab;
+            out->n_embd = hp.n_embd;
+            out->n_ctx_train = hp.n_ctx_train;
+            out->kv_dim = hp.kv_dim();
+            return nullptr;
+        });
+    }
+
+    static cellm_status* build_graph(const cellm_arch_model* model, const cellm_batch_shape* shape,
+                                     const cellm_graph_builder* builder) {
+        return plugin::guard([&]() -> cellm_status* {
+            if (model == nullptr || shape == nullptr || builder == nullptr ||
+                shape->struct_size < sizeof(cellm_batch_shape) || builder->struct_size < sizeof(cellm_graph_builder)) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("build_graph needs a model, shape and builder"));
+            }
+            const Model& m = model_of(model);
+            GraphBuilder g(*builder, *m.view);
+            Arch::build_forward(m, *shape, g);
+            return nullptr;
+        });
+    }
+
+    static constexpr cellm_arch_iface kIface = {
+        sizeof(cellm_arch_iface), Arch::kArchitectures, load, destroy, get_info, build_graph,
+    };
+    static constexpr cellm_plugin_desc kDesc = {
+        sizeof(cellm_plugin_desc), CELLM_ABI_MAJOR, CELLM_ABI_MINOR, CELLM_PLUGIN_ARCH,
+        Arch::kName,               Arch::kVersion,  Arch::kDescription, &kIface,
+    };
+};
+
+}  // namespace cellm::transformer
