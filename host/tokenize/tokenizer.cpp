@@ -302,8 +302,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
     const auto tokens = meta.array("tokenizer.ggml.tokens", CELLM_VALUE_STRING);
     if (!tokens) throw Error("tokenizer.ggml.tokens: missing");
     const auto n_tokens = tokens->second;
-    if (n_tokens == 0 || n_tokens > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-        throw Error("tokenizer.ggml.tokens: bad token count " + std::to_string(n_tokens));
+    if (n_tokens == 0) throw Error("tokenizer.ggml.tokens: bad token count 0");
+    // The format plugins' own limit (plugins/formats/limits.h), checked again here: a plugin of another origin
+    // may hand a view without it.
+    constexpr uint64_t max_vocab = uint64_t{1} << 22;
+    if (n_tokens > max_vocab) {
+        throw Error("tokenizer.ggml.tokens: vocabulary size " + std::to_string(n_tokens) + " exceeds the limit of " +
+                    std::to_string(max_vocab));
     }
     const auto* texts = static_cast<const cellm_string_ref*>(tokens->first);
     // Numeric arrays point into the file and need not be aligned: read elements with memcpy.

@@ -4,6 +4,7 @@
 #include "test_support.h"
 
 #include "plugin/host_api.h"
+#include "../../plugins/formats/limits.h"
 
 #include <cellm/format.h>
 #include <gtest/gtest.h>
@@ -81,6 +82,21 @@ void two_shards(const fs::path& dir, const json& weight_map, const std::vector<S
     write_bytes(dir / "b.safetensors", safetensors_bytes(b));
     write_json(dir / "model.safetensors.index.json", {{"weight_map", weight_map}});
 }
+
+// A header naming `count` tensors ("t0": 0, ...): the count limit rejects it as the names are read, before any
+// entry is looked at.
+std::string header_with_tensors(uint64_t count) {
+    std::string header = "{";
+    for (uint64_t i = 0; i < count; ++i) header += (i == 0 ? "\"t" : ",\"t") + std::to_string(i) + "\":0";
+    return header + "}";
+}
+
+// tokenizer.json with a GPT-2 byte-level pre-tokenizer, `vocab` and `merges`.
+json tokenizer(const json& vocab, const json& merges = json::array()) {
+    return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}, {"pre_tokenizer", {{"type", "ByteLevel"}}}};
+}
+
+const std::string over_string(file_limits::max_string_bytes + 1, 'x');
 
 const Corruption corruptions[] = {
     {"missing_config", [](const fs::path& d) { fs::remove(d / "config.json"); }, CELLM_ERR_NOT_FOUND, "config.json",
@@ -165,6 +181,26 @@ const Corruption corruptions[] = {
      }, CELLM_ERR_CORRUPT, "tokenizer.json", "not valid JSON"},
     {"tokenizer_not_bpe", [](const fs::path& d) { write_json(d / "tokenizer.json", {{"model", {{"type", "Unigram"}}}}); },
      CELLM_ERR_UNSUPPORTED, "tokenizer.json", "model.type \"Unigram\" is not supported"},
+    // The limits of formats/limits.h, one past each.
+    {"tensor_count_over_limit", [](const fs::path& d) { shard(d, raw_shard(header_with_tensors(file_limits::max_tensors + 1), 0)); },
+     CELLM_ERR_CORRUPT, "model.safetensors", "tensor count 1048577 exceeds the limit of 1048576"},
+    {"tensor_name_over_limit", [](const fs::path& d) { shard(d, raw_shard("{\"" + over_string + "\": 0}", 0)); },
+     CELLM_ERR_CORRUPT, "model.safetensors", "tensor name length 1048577 exceeds the limit of 1048576 bytes"},
+    {"vocabulary_over_limit", [](const fs::path& d) { write_json(d / "tokenizer.json", tokenizer({{"a", file_limits::max_vocab}})); },
+     CELLM_ERR_CORRUPT, "tokenizer.json", "vocabulary size 4194305 exceeds the limit of 4194304 (token 'a' has id 4194304)"},
+    {"token_length_over_limit", [](const fs::path& d) { write_json(d / "tokenizer.json", tokenizer({{over_string, 0}})); },
+     CELLM_ERR_CORRUPT, "tokenizer.json", "token length 1048577 exceeds the limit of 1048576 bytes (token id 0)"},
+    {"merge_length_over_limit", [](const fs::path& d) {
+         write_json(d / "tokenizer.json", tokenizer({{"a", 0}}, {"a " + over_string.substr(2)}));
+     }, CELLM_ERR_CORRUPT, "tokenizer.json", "model.merges entry 0 length 1048577 exceeds the limit of 1048576 bytes"},
+    {"chat_template_over_limit", [](const fs::path& d) {
+         write_json(d / "tokenizer.json", tokenizer({{"a", 0}}));
+         write_json(d / "tokenizer_config.json", {{"chat_template", over_string}});
+     }, CELLM_ERR_CORRUPT, "tokenizer_config.json", "chat_template length 1048577 exceeds the limit of 1048576 bytes"},
+    {"chat_template_file_over_limit", [](const fs::path& d) {
+         write_json(d / "tokenizer.json", tokenizer({{"a", 0}}));
+         write_bytes(d / "chat_template.jinja", std::vector<uint8_t>(file_limits::max_string_bytes + 1, 'x'));
+     }, CELLM_ERR_CORRUPT, "chat_template.jinja", "chat template length exceeds the limit of 1048576 bytes"},
     {"tokenizer_unknown_pre", [](const fs::path& d) {
          write_json(d / "tokenizer.json", {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}}}, {"pre_tokenizer", {{"type", "Whitespace"}}}});
      }, CELLM_ERR_UNSUPPORTED, "tokenizer.json", "pre_tokenizer is not one cellm recognises"},
@@ -186,6 +222,68 @@ INSTANTIATE_TEST_SUITE_P(Cases, CorruptFolder, ::testing::ValuesIn(corruptions),
 TEST(CorruptFolder, ValidFolderOpens) {
     const Outcome outcome = try_open(folder("valid", [](const fs::path&) {}));
     EXPECT_EQ(outcome.code, CELLM_OK) << outcome.message;
+}
+
+// Just under the limits: the same files open.
+TEST(CorruptFolder, AtTheLimitsOpens) {
+    const Outcome outcome = try_open(folder("at_limits", [](const fs::path& d) {
+        const std::string longest(file_limits::max_string_bytes, 'x');
+        write_json(d / "tokenizer.json", tokenizer({{"a", 0}, {longest, 1}}, {"a " + longest.substr(2)}));
+        write_bytes(d / "chat_template.jinja", std::vector<uint8_t>(longest.begin(), longest.end()));
+    }));
+    EXPECT_EQ(outcome.code, CELLM_OK) << outcome.message;
+}
+
+// A shard of `size` bytes: `bytes`, then a hole (a sparse file: no disk space). False when the file system
+// refuses such a size.
+bool sparse_shard(const fs::path& dir, const std::vector<uint8_t>& bytes, uint64_t size) {
+    shard(dir, bytes);
+    std::error_code ec;
+    fs::resize_file(dir / "model.safetensors", size, ec);
+    return !ec;
+}
+
+TEST(CorruptFolder, ShardsOverTheModelSizeLimitAreUnsupported) {
+    const fs::path dir = folder("huge_shard", [](const fs::path&) {});
+    if (!sparse_shard(dir, safetensors_bytes({norm()}), file_limits::max_model_bytes + 1)) {
+        GTEST_SKIP() << "the file system cannot hold a sparse file of 4 TiB";
+    }
+    const Outcome outcome = try_open(dir);
+    fs::remove(dir / "model.safetensors");
+    EXPECT_EQ(outcome.code, CELLM_ERR_UNSUPPORTED) << outcome.message;
+    EXPECT_NE(outcome.message.find("model.safetensors: total size of the shards 4398046511105 exceeds the limit of "
+                                   "4398046511104 bytes"),
+              std::string::npos)
+        << outcome.message;
+}
+
+// Two F32 tensors that share their bytes, each half the model size limit plus `extra_elements` floats.
+Outcome open_aliased_tensors(const std::string& name, uint64_t extra_elements) {
+    const uint64_t elements = file_limits::max_model_bytes / 8 + extra_elements;
+    const std::string entry = R"({"dtype": "F32", "shape": [)" + std::to_string(elements) + R"(], "data_offsets": [0, )" +
+                              std::to_string(elements * 4) + "]}";
+    const std::string header = R"({"lm_head.weight": )" + entry + R"(, "model.norm.weight": )" + entry + "}";
+    const fs::path dir = folder(name, [](const fs::path& d) {
+        json c = config;
+        c["model_type"] = "qwen2";  // Llama's Q/K rewrite would reserve room for a copy of the shard
+        write_json(d / "config.json", c);
+    });
+    if (!sparse_shard(dir, raw_shard(header, 0), 8 + header.size() + elements * 4)) return {CELLM_ERR_IO, "sparse file refused"};
+    const Outcome outcome = try_open(dir);
+    fs::remove(dir / "model.safetensors");
+    return outcome;
+}
+
+TEST(CorruptFolder, TensorDataOverTheModelSizeLimitIsUnsupported) {
+    const Outcome over = open_aliased_tensors("aliased_over", 8);
+    if (over.message == "sparse file refused") GTEST_SKIP() << "the file system cannot hold a sparse file of 2 TiB";
+    EXPECT_EQ(over.code, CELLM_ERR_UNSUPPORTED) << over.message;
+    EXPECT_NE(over.message.find("model.safetensors: with tensor 'model.norm.weight', total tensor data size "
+                                "4398046511168 exceeds the limit of 4398046511104 bytes"),
+              std::string::npos)
+        << over.message;
+    const Outcome at = open_aliased_tensors("aliased_at", 0);
+    EXPECT_EQ(at.code, CELLM_OK) << at.message;
 }
 
 TEST(CorruptFolder, EveryTruncationFails) {

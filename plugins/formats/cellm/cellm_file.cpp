@@ -101,6 +101,10 @@ Header CellmFile::read_header(Cursor& cursor) const {
     cursor.set_context({});
 
     const uint64_t file_size = mapping_.size();
+    if (file_size > file_limits::max_model_bytes) {
+        cursor.fail(file_limits::exceeds("file size", file_size, file_limits::max_model_bytes, " bytes"),
+                    CELLM_ERR_UNSUPPORTED);
+    }
     if (h.file_size != file_size) {
         cursor.fail("the header says the file is " + std::to_string(h.file_size) + " bytes but it is " +
                     std::to_string(file_size) + (file_size < h.file_size ? " (truncated)" : ""));
@@ -118,6 +122,12 @@ Header CellmFile::read_header(Cursor& cursor) const {
     if (h.data_offset % h.alignment != 0) {
         cursor.fail("data offset " + std::to_string(h.data_offset) + " is not a multiple of the alignment " +
                     std::to_string(h.alignment));
+    }
+    if (h.n_meta > file_limits::max_metadata_entries) {
+        cursor.fail(file_limits::exceeds("metadata count", h.n_meta, file_limits::max_metadata_entries));
+    }
+    if (h.n_tensors > file_limits::max_tensors) {
+        cursor.fail(file_limits::exceeds("tensor count", h.n_tensors, file_limits::max_tensors));
     }
     if (h.n_meta > h.meta_size / min_meta_entry) {
         cursor.fail("metadata count " + std::to_string(h.n_meta) + " cannot fit in the " +

@@ -2,6 +2,7 @@
 // truncated or lying file ends in a plugin::Failure that names the file, the field and the offset.
 #pragma once
 
+#include "formats/limits.h"
 #include "plugin_host.hpp"
 
 #include <cellm/tensor.h>
@@ -41,6 +42,10 @@ public:
     // A GGUF string: u64 length, then that many bytes (not NUL-terminated), pointing into the mapping.
     cellm_string_ref read_string(const char* what) {
         const uint64_t len = read<uint64_t>(what);
+        if (len > file_limits::max_string_bytes) {
+            fail(std::string(what) + (context_.empty() ? "" : " of " + context_) + ": " +
+                 file_limits::exceeds("string length", len, file_limits::max_string_bytes, " bytes"));
+        }
         return {reinterpret_cast<const char*>(take(len, what)), len};
     }
 

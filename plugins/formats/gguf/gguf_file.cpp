@@ -35,6 +35,10 @@ GgufFile::GgufFile(const std::string& path) : mapping_(path) {
         cursor.fail("not a GGUF file (magic is not \"GGUF\")");
     }
     check_version(cursor, cursor.read<uint32_t>("version"));
+    if (mapping_.size() > file_limits::max_model_bytes) {
+        cursor.fail(file_limits::exceeds("file size", mapping_.size(), file_limits::max_model_bytes, " bytes"),
+                    CELLM_ERR_UNSUPPORTED);
+    }
     const auto n_tensors = cursor.read<uint64_t>("tensor count");
     const auto n_kv = cursor.read<uint64_t>("metadata count");
     metadata_.read(cursor, n_kv);
@@ -65,6 +69,7 @@ uint32_t GgufFile::read_alignment(const Cursor& cursor) const {
 }
 
 void GgufFile::read_tensor_infos(Cursor& cursor, uint64_t count, uint32_t alignment) {
+    if (count > file_limits::max_tensors) cursor.fail(file_limits::exceeds("tensor count", count, file_limits::max_tensors));
     if (count > cursor.remaining() / min_tensor_info_size) {
         cursor.fail("tensor count " + std::to_string(count) + " cannot fit in the " +
                     std::to_string(cursor.remaining()) + " bytes left after the metadata");
@@ -130,6 +135,8 @@ void GgufFile::read_tensor_infos(Cursor& cursor, uint64_t count, uint32_t alignm
     const uint64_t data_start = align_up(cursor.offset(), alignment);
     const uint64_t file_size = mapping_.size();
     const uint64_t data_bytes = data_start < file_size ? file_size - data_start : 0;
+    // GGUF does not forbid tensors that share bytes, so their sizes together can exceed the file.
+    uint64_t total = 0;
     for (size_t i = 0; i < tensors_.size(); ++i) {
         cellm_tensor_info& t = tensors_[i];
         const uint64_t offset = offsets[i];
@@ -144,6 +151,13 @@ void GgufFile::read_tensor_infos(Cursor& cursor, uint64_t count, uint32_t alignm
                         std::to_string(data_start + offset + t.size) + ") runs past the end of the file (" +
                         std::to_string(file_size) + " bytes)");
         }
+        if (t.size > file_limits::max_model_bytes - total) {
+            cursor.fail("with tensor '" + to_string(t.name) + "', " +
+                            file_limits::exceeds("total tensor data size", total + t.size,
+                                                 file_limits::max_model_bytes, " bytes"),
+                        CELLM_ERR_UNSUPPORTED);
+        }
+        total += t.size;
         t.data = mapping_.data() + data_start + offset;
     }
 }

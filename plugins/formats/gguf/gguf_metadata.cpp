@@ -24,6 +24,14 @@ uint64_t min_encoded_size(uint32_t type) {
 
 bool is_numeric(uint32_t type) { return type != CELLM_VALUE_STRING && type != CELLM_VALUE_ARRAY; }
 
+// The arrays with one element per token are held to the vocabulary limit, every other array to the array limit.
+ArrayLimit array_limit(std::string_view key) {
+    if (key == "tokenizer.ggml.tokens" || key == "tokenizer.ggml.token_type" || key == "tokenizer.ggml.scores") {
+        return {file_limits::max_vocab, "vocabulary size"};
+    }
+    return {file_limits::max_array_elements, "array length"};
+}
+
 }  // namespace
 
 std::string name_of_value_type(uint32_t type) {
@@ -41,6 +49,9 @@ const cellm_meta_kv* Metadata::find(std::string_view key) const {
 }
 
 void Metadata::read(Cursor& cursor, uint64_t count) {
+    if (count > file_limits::max_metadata_entries) {
+        cursor.fail(file_limits::exceeds("metadata count", count, file_limits::max_metadata_entries));
+    }
     // Key (8-byte length), type (4) and at least one byte of value per entry.
     if (count > cursor.remaining() / 13) {
         cursor.fail("metadata count " + std::to_string(count) + " cannot fit in the " +
@@ -59,13 +70,13 @@ void Metadata::read(Cursor& cursor, uint64_t count) {
         if (min_encoded_size(type) == 0) {
             cursor.fail("metadata key '" + key + "' has unknown value type " + std::to_string(type));
         }
-        kv.value = read_value(cursor, type, 0);
+        kv.value = read_value(cursor, type, key);
         entries_.push_back(kv);
     }
     cursor.set_context({});
 }
 
-cellm_meta_value Metadata::read_value(Cursor& cursor, uint32_t type, int depth) {
+cellm_meta_value Metadata::read_value(Cursor& cursor, uint32_t type, std::string_view key) {
     cellm_meta_value v{};
     v.type = static_cast<cellm_value_type>(type);
     switch (type) {
@@ -78,7 +89,7 @@ cellm_meta_value Metadata::read_value(Cursor& cursor, uint32_t type, int depth) 
     case CELLM_VALUE_F32: v.v.f64 = cursor.read<float>("f32 value"); break;
     case CELLM_VALUE_BOOL: v.v.u64 = cursor.read<uint8_t>("bool value") != 0 ? 1 : 0; break;
     case CELLM_VALUE_STRING: v.v.str = cursor.read_string("string value"); break;
-    case CELLM_VALUE_ARRAY: return read_array(cursor, depth);
+    case CELLM_VALUE_ARRAY: return read_array(cursor, 0, array_limit(key));
     case CELLM_VALUE_U64: v.v.u64 = cursor.read<uint64_t>("u64 value"); break;
     case CELLM_VALUE_I64: v.v.i64 = cursor.read<int64_t>("i64 value"); break;
     case CELLM_VALUE_F64: v.v.f64 = cursor.read<double>("f64 value"); break;
@@ -87,13 +98,14 @@ cellm_meta_value Metadata::read_value(Cursor& cursor, uint32_t type, int depth) 
     return v;
 }
 
-cellm_meta_value Metadata::read_array(Cursor& cursor, int depth) {
+cellm_meta_value Metadata::read_array(Cursor& cursor, int depth, const ArrayLimit& limit) {
     const auto elem_type = cursor.read<uint32_t>("array element type");
     const auto count = cursor.read<uint64_t>("array length");
     const uint64_t elem_size = min_encoded_size(elem_type);
     if (elem_size == 0) {
         cursor.fail(cursor.context() + ": array has unknown element type " + std::to_string(elem_type));
     }
+    if (count > limit.max) cursor.fail(cursor.context() + ": " + file_limits::exceeds(limit.what, count, limit.max));
     if (count > cursor.remaining() / elem_size) {
         cursor.fail(cursor.context() + ": array of " + std::to_string(count) + " " + name_of_value_type(elem_type) +
                     " elements cannot fit in the " + std::to_string(cursor.remaining()) +
@@ -116,7 +128,8 @@ cellm_meta_value Metadata::read_array(Cursor& cursor, int depth) {
             cursor.fail(cursor.context() + ": arrays nested deeper than " + std::to_string(max_array_depth) +
                         " levels");
         }
-        for (uint64_t i = 0; i < count; ++i) read_array(cursor, depth + 1);
+        const ArrayLimit nested{file_limits::max_array_elements, "nested array length"};
+        for (uint64_t i = 0; i < count; ++i) read_array(cursor, depth + 1, nested);
         v.v.arr.data = nullptr;
     }
     return v;

@@ -2,6 +2,7 @@
 
 #include "hf_config.h"
 #include "hf_tokenizer.h"
+#include "formats/limits.h"
 #include "plugin_host.hpp"
 #include "shard.h"
 
@@ -114,6 +115,10 @@ std::vector<std::string> HfFolder::shard_names(const fs::path& folder, std::vect
     if (map == root.end() || !map->is_object()) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, index_path.string() + ": weight_map is missing or not an object");
     }
+    if (map->size() > file_limits::max_tensors) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, index_path.string() + ": weight_map " +
+                                                     file_limits::exceeds("tensor count", map->size(), file_limits::max_tensors));
+    }
     std::set<std::string> shards;
     for (const auto& [tensor, shard] : map->items()) {
         if (!shard.is_string()) throw plugin::Failure(CELLM_ERR_CORRUPT, index_path.string() + ": weight_map['" + tensor + "'] is not a string");
@@ -144,13 +149,23 @@ HfFolder::HfFolder(const fs::path& folder) {
     uint64_t total = 0;
     for (const std::string& shard : shards) {
         paths.push_back((folder / shard).string());
-        total += fs::file_size(paths.back(), ec);
+        const uint64_t size = fs::file_size(paths.back(), ec);
+        if (ec) continue;  // FolderMapping names the file and the error
+        // Each size is below 2^63 and the total stays within the limit, so the sum cannot wrap.
+        if (size > file_limits::max_model_bytes - total) {
+            throw plugin::Failure(CELLM_ERR_UNSUPPORTED,
+                                  paths.back() + ": " +
+                                      file_limits::exceeds("total size of the shards", total + size,
+                                                           file_limits::max_model_bytes, " bytes"));
+        }
+        total += size;
     }
     // Only Llama's Q/K are rewritten; they can never exceed the shards' size.
     const bool permute = config.arch == "llama";
     mapping_ = std::make_unique<FolderMapping>(paths, permute ? total : 0);
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
+    uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
     for (size_t s = 0; s < shards.size(); ++s) {
         const FolderMapping::File& f = mapping_->file(s);
         for (const ShardTensor& t : read_shard(paths[s], f.data, f.size)) {
@@ -158,6 +173,19 @@ HfFolder::HfFolder(const fs::path& folder) {
                 throw plugin::Failure(CELLM_ERR_CORRUPT, folder.string() + ": duplicate tensor '" + t.name + "' in " +
                                                              it->second + " and " + shards[s]);
             }
+            if (found.size() > file_limits::max_tensors) {
+                throw plugin::Failure(CELLM_ERR_CORRUPT, folder.string() + ": " +
+                                                             file_limits::exceeds("tensor count", found.size(),
+                                                                                  file_limits::max_tensors));
+            }
+            // t.size lies within its shard, below the limit, so the sum cannot wrap.
+            if (t.size > file_limits::max_model_bytes - tensor_bytes) {
+                throw plugin::Failure(CELLM_ERR_UNSUPPORTED,
+                                      paths[s] + ": with tensor '" + t.name + "', " +
+                                          file_limits::exceeds("total tensor data size", tensor_bytes + t.size,
+                                                               file_limits::max_model_bytes, " bytes"));
+            }
+            tensor_bytes += t.size;
             const std::optional<std::string> name = gguf_name(t.name, paths[s]);
             if (!name) continue;
             cellm_tensor_info info{};

@@ -1,9 +1,9 @@
 #include "hf_tokenizer.h"
 
+#include "formats/limits.h"
 #include "plugin_host.hpp"
 
 #include <fstream>
-#include <iterator>
 #include <optional>
 
 namespace cellm::safetensors_plugin {
@@ -119,7 +119,16 @@ void read_tokenizer(const std::filesystem::path& folder, const HfConfig& config,
     std::vector<std::optional<std::string>> texts;
     std::vector<int32_t> types;
     const auto place = [&](const std::string& text, const json& id, int32_t token_type) {
-        if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 24)) fail("token '" + text + "' has a bad id " + id.dump());
+        if (text.size() > file_limits::max_string_bytes) {
+            fail(file_limits::exceeds("token length", text.size(), file_limits::max_string_bytes, " bytes") +
+                 " (token id " + id.dump() + ")");
+        }
+        if (!id.is_number_unsigned()) fail("token '" + text + "' has a bad id " + id.dump());
+        // The vocabulary runs up to the largest id, so the id alone bounds the tables below.
+        if (id.get<uint64_t>() >= file_limits::max_vocab) {
+            fail(file_limits::exceeds("vocabulary size", id.get<uint64_t>() + 1, file_limits::max_vocab) + " (token '" +
+                 text + "' has id " + id.dump() + ")");
+        }
         const auto i = id.get<size_t>();
         if (i >= texts.size()) {
             texts.resize(i + 1);
@@ -130,6 +139,9 @@ void read_tokenizer(const std::filesystem::path& folder, const HfConfig& config,
     };
     const json* vocab = member(*model, "vocab");
     if (vocab == nullptr || !vocab->is_object()) fail("model.vocab is missing or not an object");
+    if (vocab->size() > file_limits::max_vocab) {
+        fail("model.vocab " + file_limits::exceeds("vocabulary size", vocab->size(), file_limits::max_vocab));
+    }
     for (const auto& [text, id] : vocab->items()) place(text, id, token_normal);
     if (const json* added = member(tokenizer, "added_tokens"); added != nullptr && added->is_array()) {
         for (const json& t : *added) {
@@ -149,6 +161,9 @@ void read_tokenizer(const std::filesystem::path& folder, const HfConfig& config,
     // Merges are "a b" strings, or [a, b] pairs since tokenizers 0.20.
     std::vector<std::string> merges;
     if (const json* list = member(*model, "merges"); list != nullptr && list->is_array()) {
+        if (list->size() > file_limits::max_array_elements) {
+            fail("model.merges " + file_limits::exceeds("array length", list->size(), file_limits::max_array_elements));
+        }
         merges.reserve(list->size());
         for (const json& m : *list) {
             if (m.is_string()) {
@@ -157,6 +172,10 @@ void read_tokenizer(const std::filesystem::path& folder, const HfConfig& config,
                 merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
             } else {
                 fail("model.merges entry " + m.dump() + " is neither \"a b\" nor [\"a\", \"b\"]");
+            }
+            if (merges.back().size() > file_limits::max_string_bytes) {
+                fail("model.merges entry " + std::to_string(merges.size() - 1) + " " +
+                     file_limits::exceeds("length", merges.back().size(), file_limits::max_string_bytes, " bytes"));
             }
         }
     }
@@ -190,8 +209,23 @@ void read_tokenizer(const std::filesystem::path& folder, const HfConfig& config,
 
     // Newer folders keep the template in chat_template.jinja; it wins over tokenizer_config.json's.
     std::optional<std::string> chat = chat_template(member(tokenizer_config, "chat_template"));
-    if (std::ifstream jinja(folder / "chat_template.jinja", std::ios::binary); jinja) {
-        chat = std::string((std::istreambuf_iterator<char>(jinja)), std::istreambuf_iterator<char>());
+    if (chat && chat->size() > file_limits::max_string_bytes) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, (folder / "tokenizer_config.json").string() + ": chat_template " +
+                                                     file_limits::exceeds("length", chat->size(),
+                                                                          file_limits::max_string_bytes, " bytes"));
+    }
+    const std::filesystem::path jinja_path = folder / "chat_template.jinja";
+    if (std::ifstream jinja(jinja_path, std::ios::binary); jinja) {
+        // At most one byte past the limit is read, so a huge file (or /dev/zero) is never loaded.
+        std::string text(file_limits::max_string_bytes + 1, '\0');
+        jinja.read(text.data(), static_cast<std::streamsize>(text.size()));
+        text.resize(static_cast<size_t>(jinja.gcount()));
+        if (text.size() > file_limits::max_string_bytes) {
+            throw plugin::Failure(CELLM_ERR_CORRUPT,
+                                  jinja_path.string() + ": chat template length exceeds the limit of " +
+                                      std::to_string(file_limits::max_string_bytes) + " bytes");
+        }
+        chat = std::move(text);
     }
     if (chat) meta.add_string("tokenizer.chat_template", *chat);
 }

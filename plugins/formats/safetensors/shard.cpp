@@ -1,5 +1,6 @@
 #include "shard.h"
 
+#include "formats/limits.h"
 #include "plugin_host.hpp"
 
 #include <nlohmann/json.hpp>
@@ -42,11 +43,19 @@ std::vector<ShardTensor> read_shard(const std::string& file, const uint8_t* data
     }
     if (header_len > max_header) fail("header length " + std::to_string(header_len) + " exceeds 100 MB");
     const auto* header = reinterpret_cast<const char*>(data + 8);
-    // nlohmann keeps the last of two equal keys; a repeated tensor name must be an error instead.
+    // nlohmann keeps the last of two equal keys; a repeated tensor name must be an error instead. The limits
+    // are checked as the names arrive, before the parser builds the rest of the header.
     std::unordered_set<std::string> names;
     const json::parser_callback_t unique_names = [&](int depth, json::parse_event_t event, json& parsed) {
-        if (depth == 1 && event == json::parse_event_t::key && !names.insert(parsed.get<std::string>()).second) {
-            fail("duplicate tensor '" + parsed.get<std::string>() + "' in the header");
+        if (depth != 1 || event != json::parse_event_t::key) return true;
+        const std::string& name = parsed.get_ref<const std::string&>();
+        if (name.size() > file_limits::max_string_bytes) {
+            fail(file_limits::exceeds("tensor name length", name.size(), file_limits::max_string_bytes, " bytes"));
+        }
+        if (!names.insert(name).second) fail("duplicate tensor '" + name + "' in the header");
+        const uint64_t n_tensors = names.size() - names.count("__metadata__");
+        if (n_tensors > file_limits::max_tensors) {
+            fail(file_limits::exceeds("tensor count", n_tensors, file_limits::max_tensors));
         }
         return true;
     };
