@@ -601,8 +601,8 @@ TEST_P(BackendOps, MatmulAndGetRowsForEveryWeightType) {
 }
 
 // Column counts around where fast backends change method (one column, a few, eight, a remainder past 32) and
-// m = 37 rows, so that row tiles end in remainders too. The block formats with a Q8 dot are integer sums that
-// CPU backends compute exactly as the scalar reference does, at any column count (matmul.hpp of openblas).
+// m = 37 rows, so that row tiles end in remainders too. The block formats with a Q8 or Q8_K dot are integer sums
+// that CPU backends compute exactly as the scalar reference does, at any column count (matmul.hpp of openblas).
 TEST_P(BackendOps, MatmulWithManyColumns) {
     const bool cpu = host_memory();
     Instance scalar;
@@ -627,7 +627,8 @@ TEST_P(BackendOps, MatmulWithManyColumns) {
         for (size_t i = 0; i < cases.size(); ++i) {
             SCOPED_TRACE(cases[i].label());
             expect_near_all(results[i], matmul_reference(cases[i].weights(), cases[i].x(), cases[i].n), 1e-5f, "matmul");
-            if (cpu && cellm::blocks::has_q8_dot(cases[i].type)) expect_identical(results[i], scalar.results[i], "vs scalar");
+            if (cpu && (cellm::blocks::has_q8_dot(cases[i].type) || cellm::blocks::has_q8k_dot(cases[i].type)))
+                expect_identical(results[i], scalar.results[i], "vs scalar");
         }
     }
 }

@@ -63,20 +63,34 @@ bool has_q8_dot(cellm_dtype weight_type);
 float dot_q8(cellm_dtype weight_type, const void* row, const int8_t* codes, const float* scales, const float* sums,
              int64_t n);
 
+// The K-quants (Q4_K, Q5_K, Q6_K) meet Q8_K activation blocks, as ggml's quantize_row_q8_K stores them: per
+// block of 256 (n a multiple of 256) the codes x * (-127 / max) rounded to nearest even and capped at 127
+// (max: the element of largest magnitude, sign kept), the float scale 1 / that factor, and the sum of each run of
+// 16 codes (16 sums per block). A block of zeros has scale 0 and codes 0.
+void quantize_q8_k(const float* x, int64_t n, int8_t* codes, float* scales, int16_t* sums);
+
+// True for the K-quants.
+bool has_q8k_dot(cellm_dtype weight_type);
+// One stored row against Q8_K activations: per block an exact integer sum of scaled code products (and of mins
+// times activation sums), then float: see blocks.cpp's dot_q8k_row for the order. n is the row length.
+float dot_q8_k(cellm_dtype weight_type, const void* row, const int8_t* codes, const float* scales,
+               const int16_t* sums, int64_t n);
+
 // Activations of one column prepared for dot products with rows of one weight type.
 class Activations {
 public:
     void prepare(cellm_dtype weight_type, const float* x, int64_t n);
-    // The dot product with one stored row. `expanded` is that row dequantized: the formats without a Q8 dot
-    // use it (callers expand each row once for all columns); the block formats read `row` itself.
+    // The dot product with one stored row. `expanded` is that row dequantized: the formats without a Q8 or Q8_K
+    // dot use it (callers expand each row once for all columns); the block formats read `row` itself.
     float dot(const void* row, const float* expanded) const;
 
 private:
     cellm_dtype type_ = CELLM_TYPE_F32;
     int64_t n_ = 0;
     std::vector<float> values_;   // rounded activations (formats without a Q8 dot)
-    std::vector<int8_t> codes_;   // Q8 codes, scales and block sums (formats with one)
+    std::vector<int8_t> codes_;   // Q8 or Q8_K codes, scales and block sums (formats with either dot)
     std::vector<float> scales_, sums_;
+    std::vector<int16_t> k_sums_;  // Q8_K's sums of 16 codes
 };
 
 }  // namespace cellm::blocks

@@ -65,8 +65,8 @@ void get_rows(const Context& c) {
     }
 }
 
-// y = W x. Each column of x is prepared once as the weight type's dot product defines it (quantized to Q8
-// blocks, or rounded; see blocks::Activations), then every weight row meets every column.
+// y = W x. Each column of x is prepared once as the weight type's dot product defines it (quantized to Q8 or
+// Q8_K blocks, or rounded; see blocks::Activations), then every weight row meets every column.
 void matmul(const Context& c) {
     const Node& w = c.src(0);
     const Node& x = c.src(1);
@@ -74,7 +74,7 @@ void matmul(const Context& c) {
     const uint64_t row_bytes = blocks::row_bytes(w.type, k);
     auto& columns = c.plan.columns;
     for (int64_t col = 0; col < n; ++col) columns[static_cast<size_t>(col)].prepare(w.type, x.f32() + col * k, k);
-    const bool expand = !blocks::has_q8_dot(w.type);
+    const bool expand = !blocks::has_q8_dot(w.type) && !blocks::has_q8k_dot(w.type);
     float* expanded = c.plan.row.data();
     for (int64_t r = 0; r < m; ++r) {
         const std::byte* row = w.data + static_cast<uint64_t>(r) * row_bytes;
