@@ -29,7 +29,7 @@ const std::vector<const Kernels*>& runnable_tables() { return cellm::openblas::r
 TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
     const int64_t k = 576;
     for (const Kernels* table : runnable_tables()) {
-        for (cellm_dtype type : {CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1}) {
+        for (cellm_dtype type : {CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0, CELLM_TYPE_Q5_1}) {
             SCOPED_TRACE(std::string(table->isa) + " type " + std::to_string(type));
             const int s = cellm::openblas::slot(type);
             ASSERT_GE(s, 0);
@@ -67,6 +67,65 @@ TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
                 for (int64_t r = 0; r < m; ++r)
                     EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8(type, rows.data() + r * row_bytes, codes.data() + c * k,
                                                                  scales.data() + c * nb, sums.data() + c * nb, k))
+                        << "row " << r << " column " << c;
+        }
+    }
+}
+
+// K-quant rows against Q8_K columns: every table's integer dot equals blocks::dot_q8_k bit for bit, and that
+// reference equals the dequantized row times the rounded activations up to float rounding (so its integer
+// decomposition, the mins and Q6_K's +32, means what the dequantizer means).
+TEST(OpenblasKernels, KQuantRowsMatchTheReference) {
+    const int64_t k = 768, m = 7, n = 6, nb = k / 256;
+    for (cellm_dtype type : {CELLM_TYPE_Q4_K, CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K}) {
+        SCOPED_TRACE("type " + std::to_string(type));
+        const uint64_t row_bytes = cellm::blocks::row_bytes(type, k), block_bytes = row_bytes / nb;
+        std::vector<uint8_t> rows(row_bytes * m);
+        cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
+        // Rows 4-6: every byte but the fp16 scales random, so scales, mins and codes take their whole ranges.
+        std::mt19937 rng(9);
+        for (int64_t r = 4; r < m; ++r)
+            for (uint64_t b = 0; b < row_bytes; ++b) {
+                const uint64_t in_block = b % block_bytes;
+                const bool scale_byte = type == CELLM_TYPE_Q6_K ? in_block >= 208 : in_block < 4;
+                if (!scale_byte) rows[r * row_bytes + b] = static_cast<uint8_t>(rng());
+            }
+        std::vector<int8_t> codes(k * n);
+        std::vector<float> scales(nb * n);
+        std::vector<int16_t> sums(nb * 16 * n);
+        std::vector<std::vector<float>> x(n);
+        for (int64_t c = 0; c < n; ++c) {
+            x[c] = random_floats(k, 10 + unsigned(c), 3.0f);
+            if (c == 1) std::fill(x[c].begin(), x[c].begin() + 256, 0.0f);  // a block of zeros: scale 0
+            cellm::blocks::quantize_q8_k(x[c].data(), k, codes.data() + c * k, scales.data() + c * nb,
+                                         sums.data() + c * nb * 16);
+        }
+        for (int64_t c = 0; c < n; ++c) {
+            std::vector<float> rounded(k), w(k);
+            cellm::blocks::round_activations(type, x[c].data(), rounded.data(), k);
+            for (int64_t r = 0; r < m; ++r) {
+                cellm::blocks::dequantize_row(type, rows.data() + r * row_bytes, w.data(), k);
+                double want = 0.0, magnitude = 0.0;
+                for (int64_t i = 0; i < k; ++i) {
+                    want += static_cast<double>(w[i]) * rounded[i];
+                    magnitude += std::fabs(static_cast<double>(w[i]) * rounded[i]);
+                }
+                const float got = cellm::blocks::dot_q8_k(type, rows.data() + r * row_bytes, codes.data() + c * k,
+                                                          scales.data() + c * nb, sums.data() + c * nb * 16, k);
+                EXPECT_NEAR(got, want, 1e-5 * magnitude + 1e-6) << "row " << r << " column " << c;
+            }
+        }
+        const int s = cellm::openblas::k_slot(type);
+        ASSERT_GE(s, 0);
+        for (const Kernels* table : runnable_tables()) {
+            SCOPED_TRACE(table->isa);
+            if (table->dot_q8k[s] == nullptr) continue;
+            std::vector<float> y(m * n, -1.0f);
+            table->dot_q8k[s](rows.data(), row_bytes, m, {codes.data(), scales.data(), sums.data(), nb}, n, y.data(), m);
+            for (int64_t c = 0; c < n; ++c)
+                for (int64_t r = 0; r < m; ++r)
+                    EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8_k(type, rows.data() + r * row_bytes, codes.data() + c * k,
+                                                                   scales.data() + c * nb, sums.data() + c * nb * 16, k))
                         << "row " << r << " column " << c;
         }
     }

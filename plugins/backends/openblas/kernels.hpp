@@ -37,6 +37,20 @@ using QuantizeQ8 = void (*)(const float* x, int64_t n, int8_t* codes, float* sca
 // columns [0, n_cols): each result bit-equal to blocks::dot_q8.
 using RowsDotQ8 = void (*)(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8Columns& x, int64_t n_cols,
                            float* y, int64_t y_stride);
+// Columns of activations quantized by blocks::quantize_q8_k for the K-quants: column c's codes start at
+// codes + c * 256 * n_blocks, its scales at scales + c * n_blocks and its sums of 16 codes at
+// sums + c * 16 * n_blocks.
+struct Q8KColumns {
+    const int8_t* codes;
+    const float* scales;
+    const int16_t* sums;
+    int64_t n_blocks;
+};
+
+// As RowsDotQ8 for K-quant rows against Q8_K columns: each result bit-equal to blocks::dot_q8_k.
+using RowsDotQ8K = void (*)(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KColumns& x,
+                            int64_t n_cols, float* y, int64_t y_stride);
+
 // Expands `n_blocks` blocks of one stored row into floats, as blocks::dequantize_row does.
 using RowDequantize = void (*)(const void* row, float* out, int64_t n_blocks);
 
@@ -44,9 +58,10 @@ struct Kernels {
     const char* isa;  // "avx512-vnni", "avx2", "portable"
     QuantizeQ8 quantize_q8;
     // Indexed by Slot below; nullptr where this table has no specialised loop (callers use blocks::).
-    RowsDotQ8 dot_q8[3];
-    RowDequantize dequantize[3];
+    RowsDotQ8 dot_q8[5];
+    RowDequantize dequantize[5];
     PackColumns pack_columns;  // nullptr: dot_q8 reads Q8Columns directly
+    RowsDotQ8K dot_q8k[3];     // indexed by k_slot below; nullptr: callers use blocks::dot_q8_k
     // Attention's loops, bit-equal to the reference kernels: dots in eight fused lanes (reference_kernels.cpp
     // gives the order), y += a x as a multiply then an add.
     float (*dot_f32)(const float* a, const float* b, int64_t n);
@@ -69,6 +84,18 @@ inline int slot(cellm_dtype type) {
     case CELLM_TYPE_Q8_0: return 0;
     case CELLM_TYPE_Q4_0: return 1;
     case CELLM_TYPE_Q4_1: return 2;
+    case CELLM_TYPE_Q5_0: return 3;
+    case CELLM_TYPE_Q5_1: return 4;
+    default: return -1;
+    }
+}
+
+// Which entry of dot_q8k serves a K-quant weight type, or -1.
+inline int k_slot(cellm_dtype type) {
+    switch (type) {
+    case CELLM_TYPE_Q4_K: return 0;
+    case CELLM_TYPE_Q5_K: return 1;
+    case CELLM_TYPE_Q6_K: return 2;
     default: return -1;
     }
 }

@@ -14,6 +14,10 @@ struct MaddubsProducts {
     static __m256i signed_lanes(__m256i w, __m256i a, const int32_t*) {
         return lanes(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
     }
+    // acc + the int16 pairs of u . a, each multiplied by its int16 scale, summed in pairs into int32 lanes.
+    static __m256i scaled(__m256i acc, __m256i u, __m256i a, __m256i scales) {
+        return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), scales));
+    }
 };
 
 const Kernels avx2 = x86::table<MaddubsProducts, 4, 2>("avx2");

@@ -25,6 +25,10 @@ struct VnniProducts {
         const __m256i start = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offsets));
         return _mm256_dpbusd_epi32(start, _mm256_xor_si256(w, _mm256_set1_epi8(-128)), a);
     }
+    // As MaddubsProducts::scaled, with the int16 step and the add in one instruction.
+    static __m256i scaled(__m256i acc, __m256i u, __m256i a, __m256i scales) {
+        return _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(u, a), scales);
+    }
 };
 
 // A group of 2P columns laid out the way the pair tile reads it, so that each operand is one load: for block
@@ -103,6 +107,8 @@ template <class F>
 __m512i codes_twice(const uint8_t* b) {
     if constexpr (std::is_same_v<F, x86::Q8_0>) {
         return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
+    } else if constexpr (std::is_same_v<F, x86::Q5_0> || std::is_same_v<F, x86::Q5_1>) {
+        return _mm512_broadcast_i64x4(F::codes(b));  // the fifth bits take a shuffle either way
     } else {
         // 16 bytes of nibbles in each 128-bit lane: low nibbles are elements 0-15, high ones 16-31.
         constexpr int offset = F::affine ? 4 : 2;
@@ -206,6 +212,8 @@ Kernels make_table() {
     k.dot_q8[0] = rows_dot_pairs<x86::Q8_0, 4, 4>;
     k.dot_q8[1] = rows_dot_pairs<x86::Q4_0, 4, 4>;
     k.dot_q8[2] = rows_dot_pairs<x86::Q4_1, 4, 4>;
+    k.dot_q8[3] = rows_dot_pairs<x86::Q5_0, 4, 4>;
+    k.dot_q8[4] = rows_dot_pairs<x86::Q5_1, 4, 4>;
     k.pack_columns = pack_columns<4>;
     return k;
 }

@@ -18,6 +18,7 @@
 #include "blocks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace cellm::openblas::x86 {
@@ -54,7 +55,8 @@ __m128 block_halves(const uint8_t* b) {
 __m256i load_codes(const int8_t* codes) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes)); }
 
 // Block layouts (GGUF): Q8_0 = fp16 d + 32 int8; Q4_0 = fp16 d + 16 bytes (code - 8); Q4_1 = fp16 d, fp16 m
-// + 16 bytes (d code + m). Each format gives its 32 codes as bytes, and whether they are unsigned.
+// + 16 bytes (d code + m); Q5_0 and Q5_1 below. Each format gives its 32 codes as bytes, and whether they are
+// unsigned.
 struct Q8_0 {
     static constexpr int64_t bytes = 34;
     static constexpr bool affine = false, is_unsigned = false;
@@ -69,6 +71,33 @@ struct Q4_1 {
     static constexpr int64_t bytes = 20;
     static constexpr bool affine = true, is_unsigned = true;
     static __m256i codes(const uint8_t* b) { return unpack_nibbles(b + 4); }
+};
+
+// 16 in every byte whose bit is set in the 32-bit little-endian mask at p (byte j <- bit j): the fifth bits.
+__m256i fifth_bits(const uint8_t* p) {
+    uint32_t bits;
+    std::memcpy(&bits, p, sizeof bits);
+    // Byte j takes mask byte j / 8, then all ones iff its bit j % 8 is set.
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0x0000000000000000));
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                                          _mm256_set1_epi64x(-1));
+    return _mm256_and_si256(set, _mm256_set1_epi8(16));
+}
+
+// Q5_0 = fp16 d, 32-bit qh, 16 bytes (code - 16); Q5_1 = fp16 d, fp16 m, qh, 16 bytes (d code + m).
+struct Q5_0 {
+    static constexpr int64_t bytes = 22;
+    static constexpr bool affine = false, is_unsigned = false;
+    static __m256i codes(const uint8_t* b) {
+        return _mm256_sub_epi8(_mm256_or_si256(unpack_nibbles(b + 6), fifth_bits(b + 2)), _mm256_set1_epi8(16));
+    }
+};
+struct Q5_1 {
+    static constexpr int64_t bytes = 24;
+    static constexpr bool affine = true, is_unsigned = true;
+    static __m256i codes(const uint8_t* b) { return _mm256_or_si256(unpack_nibbles(b + 8), fifth_bits(b + 4)); }
 };
 
 // R rows against C columns at once: each weight block is decoded once for C columns and each activation block
@@ -176,6 +205,18 @@ void dequantize_q4_1(const void* row, float* out, int64_t n_blocks) {
     const auto* b = static_cast<const uint8_t*>(row);
     for (int64_t i = 0; i < n_blocks; ++i, b += Q4_1::bytes, out += 32)
         store_block(unpack_nibbles(b + 4), false, _mm256_set1_ps(half(b)), _mm256_set1_ps(half(b + 2)), out);
+}
+
+void dequantize_q5_0(const void* row, float* out, int64_t n_blocks) {
+    const auto* b = static_cast<const uint8_t*>(row);
+    for (int64_t i = 0; i < n_blocks; ++i, b += Q5_0::bytes, out += 32)
+        store_block(Q5_0::codes(b), true, _mm256_set1_ps(half(b)), _mm256_setzero_ps(), out);
+}
+
+void dequantize_q5_1(const void* row, float* out, int64_t n_blocks) {
+    const auto* b = static_cast<const uint8_t*>(row);
+    for (int64_t i = 0; i < n_blocks; ++i, b += Q5_1::bytes, out += 32)
+        store_block(Q5_1::codes(b), false, _mm256_set1_ps(half(b)), _mm256_set1_ps(half(b + 2)), out);
 }
 
 // blocks::quantize_q8 with the same float operations: the largest magnitude, codes rounded to nearest even
@@ -295,15 +336,155 @@ void weighted_sum_f16(const float* weights, const uint16_t* base, const int64_t*
     for (int64_t j = 0; j < count; ++j) axpy_f16(weights[j], base + rows[j] + i, out + i, n - i);
 }
 
+// ---- K-quants against Q8_K columns (blocks::dot_q8_k) ------------------------------------------------------
+//
+// A block of 256 goes as eight chunks of 32 elements. Each chunk's weight codes are unsigned bytes (Q6_K's keep
+// their +32), multiplied with the activation codes as bytes into int16 pairs (at most 63 * 127 * 2, no
+// saturation) and then with the chunk's scales as int16 into int32 lanes: `Products::scaled` is that second
+// step. A block's lanes then add to the one integer the reference computes, and only that meets the floats.
+
+int32_t hsum_i32(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
+// One K-quant block of one row, decoded for every column it meets: the codes of chunk j, the int16 scales
+// each of its products takes, and the int16 factors that meet the activations' 16 run sums (the mins of
+// Q4_K/Q5_K, the scales of Q6_K, whose codes carry +32).
+struct KBlock {
+    __m256i codes[8], scales[8], run_factors;
+    float d, dmin;
+};
+
+__m256i pair_scales(int lo, int hi) {
+    return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(lo)), _mm_set1_epi16(static_cast<int16_t>(hi)));
+}
+
+// Q4_K and Q5_K (blocks.cpp KAffine): d, dmin, 12 bytes of 6-bit scales and mins, [Q5_K: qh[32]], qs[128].
+template <int Bits>
+struct KAffine {
+    static constexpr int64_t bytes = Bits == 5 ? 176 : 144;
+    static constexpr bool affine = true;
+    static void decode(const uint8_t* b, KBlock& k) {
+        const uint8_t* s = b + 4;
+        int16_t mins[16];
+        for (int j = 0; j < 8; ++j) {
+            const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+            const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+            k.scales[j] = _mm256_set1_epi16(static_cast<int16_t>(scale));
+            mins[2 * j] = mins[2 * j + 1] = static_cast<int16_t>(min);
+        }
+        k.run_factors = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins));
+        const uint8_t* qs = b + (Bits == 5 ? 48 : 16);
+        const __m256i low4 = _mm256_set1_epi8(0x0F);
+        [[maybe_unused]] const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+        for (int p = 0; p < 4; ++p) {
+            const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
+            k.codes[2 * p] = _mm256_and_si256(q, low4);
+            k.codes[2 * p + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+            if constexpr (Bits == 5) {
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << (2 * p + h)));
+                    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
+                    k.codes[2 * p + h] = _mm256_or_si256(k.codes[2 * p + h], _mm256_and_si256(set, _mm256_set1_epi8(16)));
+                }
+            }
+        }
+        k.d = half(b);
+        k.dmin = half(b + 2);
+    }
+};
+
+// Q6_K (blocks.cpp Q6K): ql[128], qh[64], int8 scales[16], d. Chunk j = 4h + k of half h: the nibbles of
+// ql[64h + 32(k % 2) ..] (low for k < 2), the bits 2k, 2k + 1 of qh[32h ..]; its first 16 elements take
+// scale 2j, the next 16 scale 2j + 1.
+struct Q6K {
+    static constexpr int64_t bytes = 210;
+    static constexpr bool affine = false;
+    static void decode(const uint8_t* b, KBlock& k) {
+        const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3);
+        const auto* sc = reinterpret_cast<const int8_t*>(b + 192);
+        for (int h = 0; h < 2; ++h) {
+            const __m256i ql0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32));
+            const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+            const __m256i low[4] = {_mm256_and_si256(ql0, low4), _mm256_and_si256(ql1, low4),
+                                    _mm256_and_si256(_mm256_srli_epi16(ql0, 4), low4),
+                                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), low4)};
+            for (int q = 0; q < 4; ++q) {
+                const __m256i high = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * q), low2);
+                const int j = 4 * h + q;
+                k.codes[j] = _mm256_or_si256(low[q], _mm256_slli_epi16(high, 4));
+                k.scales[j] = pair_scales(sc[2 * j], sc[2 * j + 1]);
+            }
+        }
+        k.run_factors = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+        k.d = half(b + 208);
+        k.dmin = 0.0f;
+    }
+};
+
+// R rows... one row at a time against C columns: the block is decoded once for all C columns. Each (row,
+// column) pair accumulates in blocks::dot_q8_k's order.
+// One row against C columns: each block is decoded once for all C columns, and every (row, column) pair
+// accumulates in blocks::dot_q8_k's order.
+template <class Products, class F, int C>
+void k_row(const uint8_t* row, const Q8KColumns& x, float* y, int64_t y_stride) {
+    float acc[C];
+    for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+    KBlock k;
+    for (int64_t i = 0; i < x.n_blocks; ++i) {
+        F::decode(row + i * F::bytes, k);
+        for (int c = 0; c < C; ++c) {
+            const int64_t block = c * x.n_blocks + i;
+            const int8_t* a = x.codes + block * 256;
+            __m256i lanes = _mm256_setzero_si256();
+            for (int j = 0; j < 8; ++j)
+                lanes = Products::scaled(lanes, k.codes[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * j)), k.scales[j]);
+            const int32_t runs = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + block * 16)), k.run_factors));
+            const float dx = x.scales[block];
+            if constexpr (F::affine) {
+                const float mins = (k.dmin * dx) * static_cast<float>(runs);
+                acc[c] += std::fma(k.d * dx, static_cast<float>(hsum_i32(lanes)), -mins);
+            } else {
+                acc[c] = std::fma(k.d * dx, static_cast<float>(hsum_i32(lanes) - 32 * runs), acc[c]);
+            }
+        }
+    }
+    for (int c = 0; c < C; ++c) y[c * y_stride] = acc[c];
+}
+
+template <class Products, class F>
+void k_rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KColumns& x, int64_t n_cols, float* y,
+                int64_t y_stride) {
+    constexpr int C = 4;
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const auto* row = static_cast<const uint8_t*>(rows) + r * row_bytes;
+        int64_t c = 0;
+        for (; c + C <= n_cols; c += C) {
+            const Q8KColumns cols{x.codes + c * x.n_blocks * 256, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks * 16, x.n_blocks};
+            k_row<Products, F, C>(row, cols, y + c * y_stride + r, y_stride);
+        }
+        for (; c < n_cols; ++c) {
+            const Q8KColumns cols{x.codes + c * x.n_blocks * 256, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks * 16, x.n_blocks};
+            k_row<Products, F, 1>(row, cols, y + c * y_stride + r, y_stride);
+        }
+    }
+}
+
 // The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns.
 template <class Products, int R, int C>
 constexpr Kernels table(const char* isa) {
     return {
         isa,
         quantize_q8,
-        {rows_dot<Products, Q8_0, R, C>, rows_dot<Products, Q4_0, R, C>, rows_dot<Products, Q4_1, R, C>},
-        {dequantize_q8_0, dequantize_q4_0, dequantize_q4_1},
+        {rows_dot<Products, Q8_0, R, C>, rows_dot<Products, Q4_0, R, C>, rows_dot<Products, Q4_1, R, C>,
+         rows_dot<Products, Q5_0, R, C>, rows_dot<Products, Q5_1, R, C>},
+        {dequantize_q8_0, dequantize_q4_0, dequantize_q4_1, dequantize_q5_0, dequantize_q5_1},
         nullptr,
+        {k_rows_dot<Products, KAffine<4>>, k_rows_dot<Products, KAffine<5>>, k_rows_dot<Products, Q6K>},
         dot_f32,
         dot_f16,
         axpy_f32,

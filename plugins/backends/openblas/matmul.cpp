@@ -73,6 +73,35 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     });
 }
 
+// The K-quants: each column quantized once to Q8_K blocks, then integer dots per block; bit-equal to the
+// reference (blocks::dot_q8_k) for any split.
+void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 256;
+    int8_t* codes = sized(s.codes, n * k);
+    float* scales = sized(s.scales, n * nb);
+    int16_t* sums = sized(s.k_sums, n * nb * 16);
+    pool.run(n, [&](int64_t c, int) {
+        blocks::quantize_q8_k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
+    });
+    const Q8KColumns columns{codes, scales, sums, nb};
+    const int sl = k_slot(w.type);
+    const RowsDotQ8K fast = sl >= 0 ? kernels().dot_q8k[sl] : nullptr;
+    const cellm_dtype type = w.type;
+    const uint64_t row_bytes = blocks::row_bytes(type, k);
+    const int64_t per_task = rows_per_task(m, pool.size(), 8);
+    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int) {
+        const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
+        if (fast != nullptr) {
+            fast(w.data + static_cast<uint64_t>(r0) * row_bytes, row_bytes, r1 - r0, columns, n, y.f32() + r0, m);
+            return;
+        }
+        for (int64_t r = r0; r < r1; ++r)
+            for (int64_t c = 0; c < n; ++c)
+                y.f32()[c * m + r] = blocks::dot_q8_k(type, w.data + static_cast<uint64_t>(r) * row_bytes, codes + c * k,
+                                                      scales + c * nb, sums + c * nb * 16, k);
+    });
+}
+
 // Activations as the weight type's dot product sees them (blocks::round_activations), column after column.
 const float* round_columns(const cpu::Node& w, const cpu::Node& x, MatmulScratch& s) {
     const int64_t k = w.ne[0], n = x.rows();
@@ -103,9 +132,7 @@ void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Th
 
 namespace {
 
-bool is_k_quant(cellm_dtype type) { return type == CELLM_TYPE_Q4_K || type == CELLM_TYPE_Q5_K || type == CELLM_TYPE_Q6_K; }
-
-// Few columns (or K-quant rows, see matmul) of a weight type without a Q8 dot (floats, K-quants): expand each row once, meet every column.
+// Few columns of a float weight type: expand each row once, meet every column.
 void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const float* rounded = round_columns(w, x, s);
@@ -130,12 +157,9 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
 }  // namespace
 
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch) {
-    // K-quant batches stay on our own dot products: OpenBLAS picks its SGEMM kernel by CPU, and on Gemma-3 the
-    // SkylakeX kernel's summation order alone moved logits twice as far from llama.cpp as llama.cpp moves from
-    // itself (cosine 0.9936 against 0.9968 with the Haswell kernel or these loops), so results depended on the
-    // machine. The cost is about 15% of K-quant prefill speed until integer K-quant tiles exist.
     if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch);
-    else if (x.rows() >= blas_min_columns && !is_k_quant(w.type)) matmul_sgemm(w, x, y, pool, scratch);
+    else if (blocks::has_q8k_dot(w.type)) matmul_q8k(w, x, y, pool, scratch);
+    else if (x.rows() >= blas_min_columns) matmul_sgemm(w, x, y, pool, scratch);
     else matmul_rows(w, x, y, pool, scratch);
 }
 

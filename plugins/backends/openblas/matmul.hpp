@@ -2,7 +2,8 @@
 // - Weight types with a Q8 dot product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), at any number of columns: each column is
 //   quantized once to Q8 blocks and meets tiles of weight rows block by block as integers. Bit-equal to the
 //   reference, and as fast at prefill as expanding the weights for SGEMM (bench/kernels_bench measures both).
-// - Other types (F32, F16, BF16, K-quants) with many columns: the activations are rounded as MATMUL defines,
+// - K-quants (Q4_K, Q5_K, Q6_K): the same with Q8_K blocks of 256 (blocks::dot_q8_k); bit-equal too.
+// - Float types (F32, F16, BF16) with many columns: the activations are rounded as MATMUL defines,
 //   each thread expands a panel of weight rows to floats and multiplies it with OpenBLAS SGEMM; with few
 //   columns each expanded row meets the columns directly. Equal to the reference up to summation order.
 #pragma once
@@ -22,6 +23,7 @@ struct MatmulScratch {
     std::vector<int8_t> codes;          // Q8 activations, column after column
     std::vector<float> scales, sums;    // per block of 32, column after column
     std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
+    std::vector<int16_t> k_sums;        // Q8_K: 16 per block of 256, column after column
     std::vector<std::byte> packed;      // the columns as the kernel table's pack_columns lays them out
     std::vector<float> rounded;         // activations as the weight type's dot product sees them
     std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
@@ -30,7 +32,7 @@ struct MatmulScratch {
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch);
 
 // The SGEMM path for any weight type: Y^T (n x m) = X (n x k) W^T with X rounded by blocks::round_activations
-// and W expanded panel by panel. MATMUL uses it for types without a Q8 dot; for the block formats it is only
+// and W expanded panel by panel. MATMUL uses it for the float types; for the block formats it is only
 // the yardstick bench/kernels_bench compares the integer tiles with (there it uses exact block sums, where
 // MATMUL defines Q4_1/Q5_1 with the fp16 sums ggml stores).
 void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch);
