@@ -6,9 +6,10 @@
 #
 # Seeds come from fuzz/make_corpus.sh (written once into build-fuzz/corpus/TARGET; new inputs libFuzzer finds
 # are kept there). A crash is saved under build-fuzz/crashes/TARGET/ and its path printed; the script then exits
-# non-zero. Reproduce one with: build-fuzz/bin/fuzz/fuzz_TARGET PATH. Logs: build-fuzz/logs/TARGET.log.
+# non-zero. Reproduce one with: build-fuzz/bin/fuzz/fuzz_TARGET PATH. Logs: build-fuzz/logs/TARGET.N.log (worker N).
 # Environment: CC/CXX (default clang/clang++), FUZZ_JOBS (build parallelism, default 2), FUZZ_PARALLEL
-# (targets at once for `all`, default 1), FUZZ_ARGS (extra libFuzzer flags).
+# (targets at once for `all`, default 1), FUZZ_WORKERS (processes per target on its one corpus, each with its
+# own seed, default 1), FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 
 targets=(gguf cellm safetensors manifest bpe spm chat_template)
@@ -42,24 +43,30 @@ if [[ $need_corpus == 1 ]]; then
 fi
 
 fuzz_one() {
-  local t=$1 crashes=$build/crashes/$1 log=$build/logs/$1.log
+  local t=$1 crashes=$build/crashes/$1 workers=${FUZZ_WORKERS:-1}
   mkdir -p "$crashes" "$build/logs" "$build/corpus/$t"
-  local rc=0 max_len=8192 start=$SECONDS
+  local rc=0 max_len=8192 start=$SECONDS w pids=()
   case $t in gguf | cellm | safetensors) max_len=1048576 ;; esac
   # -rss_limit_mb/-malloc_limit_mb: an allocation sized by the input beyond 2 GiB counts as a finding.
-  "$build/bin/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=2048 \
-    -max_len=$max_len -print_final_stats=1 -artifact_prefix="$crashes/" ${FUZZ_ARGS:-} \
-    "$build/corpus/$t" >"$log" 2>&1 || rc=$?
-  local runs took=$((SECONDS - start))
-  runs=$(grep -aEo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1 || true)
-  local found
-  found=$(grep -aEo "Test unit written to [^ ]+" "$log" | sed 's/Test unit written to //' || true)
-  printf '%-14s %6ss  %12s executions  ' "$t" "$took" "${runs:-?}"
+  for ((w = 1; w <= workers; ++w)); do
+    "$build/bin/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=2048 \
+      -max_len=$max_len -print_final_stats=1 -seed=$((w * 7919)) -artifact_prefix="$crashes/" ${FUZZ_ARGS:-} \
+      "$build/corpus/$t" >"$build/logs/$t.$w.log" 2>&1 &
+    pids+=($!)
+  done
+  for w in "${pids[@]}"; do wait "$w" || rc=$?; done
+  local took=$((SECONDS - start)) runs=0 n found
+  for ((w = 1; w <= workers; ++w)); do
+    n=$(grep -aEo 'stat::number_of_executed_units: *[0-9]+' "$build/logs/$t.$w.log" | grep -Eo '[0-9]+$' | tail -1 || true)
+    runs=$((runs + ${n:-0}))
+  done
+  found=$(cat "$build/logs/$t".*.log | grep -aEo "Test unit written to [^ ]+" | sed 's/Test unit written to //' || true)
+  printf '%-14s %6ss x %s  %12s executions  ' "$t" "$took" "$workers" "$runs"
   if [[ $rc -eq 0 && -z $found ]]; then
     echo "no findings"
   else
-    echo "FINDING (exit $rc): ${found:-see $log}"
-    grep -a -m3 -E 'ERROR: |runtime error|fuzz invariant|internal error' "$log" | sed 's/^/    /' || true
+    echo "FINDING (exit $rc): ${found:-see $build/logs/$t.*.log}"
+    cat "$build/logs/$t".*.log | grep -a -m3 -E 'ERROR: |runtime error|fuzz invariant|internal error' | sed 's/^/    /' || true
   fi
   return $rc
 }
