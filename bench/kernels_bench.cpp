@@ -90,7 +90,7 @@ struct MatmulShape {
     bool one_thread;  // decode also on one thread, to show how it scales
 };
 
-const std::vector<cellm_dtype> all_types{CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1,
+const std::vector<cellm_dtype> all_types{CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0,
                                          CELLM_TYPE_Q4_K, CELLM_TYPE_Q6_K, CELLM_TYPE_F16};
 
 const std::vector<MatmulShape> matmul_shapes{
@@ -111,10 +111,11 @@ struct MatmulCase {
     bool sgemm;  // matmul_sgemm whatever the type, instead of what the backend runs
 };
 
-// What runs: the int8 tiles, SGEMM over expanded panels, or expanded rows meeting each column (matmul.hpp).
+// What runs: the int8 tiles (Q8 or Q8_K), SGEMM over expanded panels, or expanded rows meeting each column
+// (matmul.hpp).
 const char* path_name(const MatmulCase& c) {
     if (c.sgemm) return "sgemm";
-    if (blocks::has_q8_dot(c.type)) return "int8";
+    if (blocks::has_q8_dot(c.type) || blocks::has_q8k_dot(c.type)) return "int8";
     return c.n >= openblas::blas_min_columns ? "sgemm" : "rows";
 }
 
@@ -123,6 +124,7 @@ const char* type_name(cellm_dtype type) {
     case CELLM_TYPE_Q8_0: return "Q8_0";
     case CELLM_TYPE_Q4_0: return "Q4_0";
     case CELLM_TYPE_Q4_1: return "Q4_1";
+    case CELLM_TYPE_Q5_0: return "Q5_0";
     case CELLM_TYPE_Q4_K: return "Q4_K";
     case CELLM_TYPE_Q6_K: return "Q6_K";
     case CELLM_TYPE_F16: return "F16";
@@ -165,7 +167,7 @@ void register_matmuls() {
             if (blocks::row_bytes(type, s.k) == 0) continue;
             if (s.one_thread) register_matmul(s, {type, s.k, s.m, decode_columns, 1, false});
             register_matmul(s, {type, s.k, s.m, decode_columns, 2, false});
-            if (blocks::has_q8_dot(type)) {
+            if (blocks::has_q8_dot(type) || blocks::has_q8k_dot(type)) {
                 if (s.one_thread) register_matmul(s, {type, s.k, s.m, sessions_columns, 1, false});
                 register_matmul(s, {type, s.k, s.m, sessions_columns, 2, false});
             }

@@ -379,7 +379,8 @@ struct KAffine {
         k.run_factors = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins));
         const uint8_t* qs = b + (Bits == 5 ? 48 : 16);
         const __m256i low4 = _mm256_set1_epi8(0x0F);
-        [[maybe_unused]] const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+        __m256i qh = _mm256_setzero_si256();
+        if constexpr (Bits == 5) qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
         for (int p = 0; p < 4; ++p) {
             const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * p));
             k.codes[2 * p] = _mm256_and_si256(q, low4);
@@ -426,7 +427,7 @@ struct Q6K {
     }
 };
 
-// R rows... one row at a time against C columns: the block is decoded once for all C columns. Each (row,
+// One row at a time against C columns: the block is decoded once for all C columns. Each (row,
 // column) pair accumulates in blocks::dot_q8_k's order.
 // One row against C columns: each block is decoded once for all C columns, and every (row, column) pair
 // accumulates in blocks::dot_q8_k's order.
