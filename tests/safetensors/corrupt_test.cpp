@@ -173,6 +173,14 @@ const Corruption corruptions[] = {
     {"q_rows_not_whole_heads", [](const fs::path& d) {
          shard(d, safetensors_bytes({{"model.layers.0.self_attn.q_proj.weight", "F32", {6, 8}, std::vector<uint8_t>(192)}}));
      }, CELLM_ERR_CORRUPT, "model.safetensors", "has 6 rows, not a multiple of 2 x 2 heads"},
+    // Llama's Q/K get a rewritten copy each, in an area sized by the shards: Q and K sharing bytes overran it,
+    // which failed as CELLM_ERR_INTERNAL.
+    {"q_and_k_share_bytes", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [1024, 8], "data_offsets": [0, 32768]},)"
+                            R"( "model.layers.0.self_attn.k_proj.weight": {"dtype": "F32", "shape": [1024, 8], "data_offsets": [16384, 49152]}})",
+                            49152));
+     }, CELLM_ERR_CORRUPT, "model.safetensors",
+     "tensor 'model.layers.0.self_attn.q_proj.weight' shares bytes with 'model.layers.0.self_attn.k_proj.weight'"},
     {"tokenizer_bad_json", [](const fs::path& d) { write_bytes(d / "tokenizer.json", {'['}); }, CELLM_ERR_CORRUPT,
      "tokenizer.json", "not valid JSON"},
     {"tokenizer_number_overflow", [](const fs::path& d) {

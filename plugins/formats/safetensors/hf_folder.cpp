@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -86,6 +87,28 @@ void permute_rows(const ShardTensor& t, uint32_t n_head, uint8_t* out, const std
     }
 }
 
+// Offsets in the folder's mapping of the tensors rewritten so far: begin -> (end, Hugging Face name).
+using ByteRanges = std::map<uint64_t, std::pair<uint64_t, std::string>>;
+
+// Records the bytes of `t`, a tensor to be rewritten, refusing any it shares with one rewritten before. Each
+// rewritten tensor gets a copy of its own, so aliased sources would multiply the memory and overrun the area
+// reserved for the copies. (Safetensors' reference reader refuses every overlap; cellm still lets the tensors it
+// uses in place share bytes.)
+void claim_bytes(ByteRanges& claimed, uint64_t begin, const ShardTensor& t, const std::string& file) {
+    const uint64_t end = begin + t.size;
+    const auto next = claimed.lower_bound(begin);
+    auto clash = claimed.end();
+    if (next != claimed.end() && next->first < end) clash = next;
+    if (next != claimed.begin() && std::prev(next)->second.first > begin) clash = std::prev(next);
+    if (clash != claimed.end()) {
+        throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": tensor '" + t.name + "' shares bytes with '" +
+                                                     clash->second.second +
+                                                     "' (their data_offsets overlap); Llama's Q and K are rewritten "
+                                                     "and need data of their own");
+    }
+    claimed.emplace(begin, std::make_pair(end, t.name));
+}
+
 // A shard name from the index must stay inside the folder.
 void check_shard_name(const std::string& name, const std::string& index) {
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
@@ -160,12 +183,15 @@ HfFolder::HfFolder(const fs::path& folder) {
         }
         total += size;
     }
-    // Only Llama's Q/K are rewritten; they can never exceed the shards' size.
+    // Only Llama's Q/K are rewritten. claim_bytes keeps their sources disjoint, so the copies fit in the shards'
+    // size: the sources lie in the data areas, and each tensor's header entry (over 80 bytes for these names)
+    // outweighs the 63 bytes at most that aligning its copy adds.
     const bool permute = config.arch == "llama";
     mapping_ = std::make_unique<FolderMapping>(paths, permute ? total : 0);
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
     uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
+    ByteRanges rewritten;
     for (size_t s = 0; s < shards.size(); ++s) {
         const FolderMapping::File& f = mapping_->file(s);
         for (const ShardTensor& t : read_shard(paths[s], f.data, f.size)) {
@@ -202,6 +228,7 @@ HfFolder::HfFolder(const fs::path& folder) {
             const bool is_q = name->ends_with("attn_q.weight") || name->ends_with("attn_q.bias");
             const bool is_k = name->ends_with("attn_k.weight") || name->ends_with("attn_k.bias");
             if (permute && (is_q || is_k)) {
+                claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);
                 uint8_t* rows = mapping_->allocate(t.size);
                 permute_rows(t, is_q ? config.n_head : config.n_head_kv, rows, paths[s]);
                 info.data = rows;
