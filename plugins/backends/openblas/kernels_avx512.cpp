@@ -108,7 +108,16 @@ __m512i codes_twice(const uint8_t* b) {
     if constexpr (std::is_same_v<F, x86::Q8_0>) {
         return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
     } else if constexpr (std::is_same_v<F, x86::Q5_0> || std::is_same_v<F, x86::Q5_1>) {
-        return _mm512_broadcast_i64x4(F::codes(b));  // the fifth bits take a shuffle either way
+        // The nibbles as below; the 32-bit qh, one bit per element, is a byte mask as it stands: 16 is added
+        // where a bit is set, in both halves.
+        constexpr int qh_at = F::affine ? 4 : 2;
+        uint32_t qh;
+        std::memcpy(&qh, b + qh_at, sizeof qh);
+        const __m512i packed = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + qh_at + 4)));
+        const __m512i shifts = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+        const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi32(packed, shifts), _mm512_set1_epi8(0x0F));
+        const __m512i codes = _mm512_mask_add_epi8(nibbles, (__mmask64{qh} << 32) | qh, nibbles, _mm512_set1_epi8(16));
+        return F::is_unsigned ? codes : _mm512_sub_epi8(codes, _mm512_set1_epi8(16));
     } else {
         // 16 bytes of nibbles in each 128-bit lane: low nibbles are elements 0-15, high ones 16-31.
         constexpr int offset = F::affine ? 4 : 2;
