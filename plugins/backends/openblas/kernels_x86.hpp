@@ -427,8 +427,6 @@ struct Q6K {
     }
 };
 
-// One row at a time against C columns: the block is decoded once for all C columns. Each (row,
-// column) pair accumulates in blocks::dot_q8_k's order.
 // One row against C columns: each block is decoded once for all C columns, and every (row, column) pair
 // accumulates in blocks::dot_q8_k's order.
 template <class Products, class F, int C>
@@ -457,6 +455,7 @@ void k_row(const uint8_t* row, const Q8KColumns& x, float* y, int64_t y_stride) 
     for (int c = 0; c < C; ++c) y[c * y_stride] = acc[c];
 }
 
+// Every row against every column, four columns to a pass (Kernels::dot_q8k).
 template <class Products, class F>
 void k_rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KColumns& x, int64_t n_cols, float* y,
                 int64_t y_stride) {
