@@ -427,50 +427,87 @@ struct Q6K {
     }
 };
 
-// One row against C columns: each block is decoded once for all C columns, and every (row, column) pair
-// accumulates in blocks::dot_q8_k's order.
-template <class Products, class F, int C>
-void k_row(const uint8_t* row, const Q8KColumns& x, float* y, int64_t y_stride) {
-    float acc[C];
-    for (int c = 0; c < C; ++c) acc[c] = 0.0f;
+// The code products of one column against a decoded block, in eight int32 lanes, and the activations' run sums
+// met with the block's run factors, in eight more.
+template <class Products>
+void k_column(const KBlock& k, const int8_t* a, const int16_t* sums, __m256i& lanes, __m256i& runs) {
+    lanes = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j)
+        lanes = Products::scaled(lanes, k.codes[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * j)), k.scales[j]);
+    runs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sums)), k.run_factors);
+}
+
+// One row against one column, block after block, in blocks::dot_q8_k's order.
+template <class Products, class F>
+float k_row(const uint8_t* row, const Q8KColumns& x) {
+    float acc = 0.0f;
     KBlock k;
     for (int64_t i = 0; i < x.n_blocks; ++i) {
         F::decode(row + i * F::bytes, k);
-        for (int c = 0; c < C; ++c) {
-            const int64_t block = c * x.n_blocks + i;
-            const int8_t* a = x.codes + block * 256;
-            __m256i lanes = _mm256_setzero_si256();
-            for (int j = 0; j < 8; ++j)
-                lanes = Products::scaled(lanes, k.codes[j], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 32 * j)), k.scales[j]);
-            const int32_t runs = hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + block * 16)), k.run_factors));
-            const float dx = x.scales[block];
-            if constexpr (F::affine) {
-                const float mins = (k.dmin * dx) * static_cast<float>(runs);
-                acc[c] += std::fma(k.d * dx, static_cast<float>(hsum_i32(lanes)), -mins);
-            } else {
-                acc[c] = std::fma(k.d * dx, static_cast<float>(hsum_i32(lanes) - 32 * runs), acc[c]);
-            }
+        __m256i lanes, runs;
+        k_column<Products>(k, x.codes + i * 256, x.sums + i * 16, lanes, runs);
+        const int32_t scaled = hsum_i32(lanes), run_sum = hsum_i32(runs);
+        const float dx = x.scales[i];
+        if constexpr (F::affine) {
+            const float mins = (k.dmin * dx) * static_cast<float>(run_sum);
+            acc += std::fma(k.d * dx, static_cast<float>(scaled), -mins);
+        } else {
+            acc = std::fma(k.d * dx, static_cast<float>(scaled - 32 * run_sum), acc);
         }
     }
-    for (int c = 0; c < C; ++c) y[c * y_stride] = acc[c];
+    return acc;
+}
+
+// One row against four columns: each block is decoded once for the four, their eight integer sums are reduced
+// together, and the four columns' floats run side by side in the lanes of one register, each lane doing
+// exactly k_row's operations.
+template <class Products, class F>
+__m128 k_row4(const uint8_t* row, const Q8KColumns& x) {
+    __m128 acc = _mm_setzero_ps();
+    KBlock k;
+    for (int64_t i = 0; i < x.n_blocks; ++i) {
+        F::decode(row + i * F::bytes, k);
+        __m256i lanes[4], runs[4];
+        for (int c = 0; c < 4; ++c) {
+            const int64_t block = c * x.n_blocks + i;
+            k_column<Products>(k, x.codes + block * 256, x.sums + block * 16, lanes[c], runs[c]);
+        }
+        // Per 128-bit half, hadd leaves the four columns' partial sums in column order.
+        const __m256i l = _mm256_hadd_epi32(_mm256_hadd_epi32(lanes[0], lanes[1]), _mm256_hadd_epi32(lanes[2], lanes[3]));
+        const __m256i r = _mm256_hadd_epi32(_mm256_hadd_epi32(runs[0], runs[1]), _mm256_hadd_epi32(runs[2], runs[3]));
+        const __m128i scaled = _mm_add_epi32(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
+        const __m128i run_sum = _mm_add_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        const __m128 dx = _mm_setr_ps(x.scales[i], x.scales[x.n_blocks + i], x.scales[2 * x.n_blocks + i],
+                                      x.scales[3 * x.n_blocks + i]);
+        const __m128 d = _mm_mul_ps(_mm_set1_ps(k.d), dx);
+        if constexpr (F::affine) {
+            const __m128 mins = _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(k.dmin), dx), _mm_cvtepi32_ps(run_sum));
+            acc = _mm_add_ps(acc, _mm_fmsub_ps(d, _mm_cvtepi32_ps(scaled), mins));
+        } else {
+            const __m128i offset = _mm_sub_epi32(scaled, _mm_slli_epi32(run_sum, 5));
+            acc = _mm_fmadd_ps(d, _mm_cvtepi32_ps(offset), acc);
+        }
+    }
+    return acc;
 }
 
 // Every row against every column, four columns to a pass (Kernels::dot_q8k).
 template <class Products, class F>
 void k_rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KColumns& x, int64_t n_cols, float* y,
                 int64_t y_stride) {
-    constexpr int C = 4;
+    auto from = [&](int64_t c) {
+        return Q8KColumns{x.codes + c * x.n_blocks * 256, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks * 16,
+                          x.n_blocks};
+    };
     for (int64_t r = 0; r < n_rows; ++r) {
         const auto* row = static_cast<const uint8_t*>(rows) + r * row_bytes;
         int64_t c = 0;
-        for (; c + C <= n_cols; c += C) {
-            const Q8KColumns cols{x.codes + c * x.n_blocks * 256, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks * 16, x.n_blocks};
-            k_row<Products, F, C>(row, cols, y + c * y_stride + r, y_stride);
+        for (; c + 4 <= n_cols; c += 4) {
+            float out[4];
+            _mm_storeu_ps(out, k_row4<Products, F>(row, from(c)));
+            for (int j = 0; j < 4; ++j) y[(c + j) * y_stride + r] = out[j];
         }
-        for (; c < n_cols; ++c) {
-            const Q8KColumns cols{x.codes + c * x.n_blocks * 256, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks * 16, x.n_blocks};
-            k_row<Products, F, 1>(row, cols, y + c * y_stride + r, y_stride);
-        }
+        for (; c < n_cols; ++c) y[c * y_stride + r] = k_row<Products, F>(row, from(c));
     }
 }
 
