@@ -368,15 +368,23 @@ struct KAffine {
     static constexpr int64_t bytes = Bits == 5 ? 176 : 144;
     static constexpr bool affine = true;
     static void decode(const uint8_t* b, KBlock& k) {
-        const uint8_t* s = b + 4;
-        int16_t mins[16];
-        for (int j = 0; j < 8; ++j) {
-            const int scale = j < 4 ? s[j] & 63 : (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
-            const int min = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-            k.scales[j] = _mm256_set1_epi16(static_cast<int16_t>(scale));
-            mins[2 * j] = mins[2 * j + 1] = static_cast<int16_t>(min);
-        }
-        k.run_factors = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(mins));
+        // The 6-bit scales and mins (blocks.cpp read_scale_min) unpacked four at a time in 32-bit words: those of
+        // sub-blocks 0-3 are the low 6 bits of bytes 0-3 and 4-7, those of 4-7 a nibble of bytes 8-11 below the
+        // top two bits of bytes 0-3 and 4-7.
+        uint32_t w[3];
+        std::memcpy(w, b + 4, sizeof w);
+        constexpr uint32_t low6 = 0x3f3f3f3f, nibble = 0x0f0f0f0f, top2 = 0x03030303;
+        const uint32_t scales_lo = w[0] & low6, mins_lo = w[1] & low6;
+        const uint32_t scales_hi = (w[2] & nibble) | (((w[0] >> 6) & top2) << 4);
+        const uint32_t mins_hi = ((w[2] >> 4) & nibble) | (((w[1] >> 6) & top2) << 4);
+        const __m128i scales = _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi), 0, 0));
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_setr_epi32(static_cast<int>(mins_lo), static_cast<int>(mins_hi), 0, 0));
+        // Chunk j's scale in all 16 int16 lanes: bytes 2j and 2j + 1 of the widened scales, repeated.
+        const __m256i both = _mm256_broadcastsi128_si256(scales);
+        for (int j = 0; j < 8; ++j)
+            k.scales[j] = _mm256_shuffle_epi8(both, _mm256_set1_epi16(static_cast<int16_t>((2 * j + 1) << 8 | 2 * j)));
+        // Each min meets the two runs of 16 of its sub-block.
+        k.run_factors = _mm256_setr_m128i(_mm_unpacklo_epi16(mins, mins), _mm_unpackhi_epi16(mins, mins));
         const uint8_t* qs = b + (Bits == 5 ? 48 : 16);
         const __m256i low4 = _mm256_set1_epi8(0x0F);
         __m256i qh = _mm256_setzero_si256();
