@@ -156,6 +156,30 @@ TEST(OpenblasKernels, QuantizedActivationsMatchTheReference) {
     }
 }
 
+// Q8_K activations: every table's quantizer writes blocks::quantize_q8_k's codes, scales and run sums.
+TEST(OpenblasKernels, KQuantActivationsMatchTheReference) {
+    const int64_t n = 8 * 256;
+    std::vector<float> x = random_floats(n, 11, 4.0f);
+    std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // a block of zeros: scale 0, codes 0
+    x[600] = -500.0f;                                    // a block whose largest magnitude is negative
+    x[800] = 300.0f;
+    x[900] = -300.0f;                                    // equal magnitudes: the first gives the sign
+    x[1100] = std::nanf("");                             // a NaN is skipped for the scale and codes 127
+    x[1300] = 127.0f * 0.5f;
+    x[1301] = 0.0f;                                      // some product lands on a tie somewhere
+    std::vector<int8_t> want_codes(n), codes(n);
+    std::vector<float> want_scales(n / 256), scales(n / 256);
+    std::vector<int16_t> want_sums(n / 16), sums(n / 16);
+    cellm::blocks::quantize_q8_k(x.data(), n, want_codes.data(), want_scales.data(), want_sums.data());
+    for (const Kernels* table : runnable_tables()) {
+        SCOPED_TRACE(table->isa);
+        table->quantize_q8k(x.data(), n, codes.data(), scales.data(), sums.data());
+        EXPECT_EQ(codes, want_codes);
+        for (size_t b = 0; b < scales.size(); ++b) EXPECT_EQ(scales[b], want_scales[b]) << "block " << b;
+        EXPECT_EQ(sums, want_sums);
+    }
+}
+
 TEST(OpenblasKernels, FloatAndHalfLoops) {
     const int64_t n = 67;  // not a multiple of the vector width
     const std::vector<float> a = random_floats(n, 3), b = random_floats(n, 4);

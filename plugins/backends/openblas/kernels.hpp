@@ -47,6 +47,9 @@ struct Q8KColumns {
     int64_t n_blocks;
 };
 
+// Quantizes n floats (a multiple of 256) to Q8_K blocks as blocks::quantize_q8_k does, bit for bit.
+using QuantizeQ8K = void (*)(const float* x, int64_t n, int8_t* codes, float* scales, int16_t* sums);
+
 // As RowsDotQ8 for K-quant rows against Q8_K columns: each result bit-equal to blocks::dot_q8_k.
 using RowsDotQ8K = void (*)(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KColumns& x,
                             int64_t n_cols, float* y, int64_t y_stride);
@@ -61,6 +64,7 @@ struct Kernels {
     RowsDotQ8 dot_q8[5];
     RowDequantize dequantize[5];
     PackColumns pack_columns;  // nullptr: dot_q8 reads Q8Columns directly
+    QuantizeQ8K quantize_q8k;
     RowsDotQ8K dot_q8k[3];     // indexed by k_slot below; nullptr: callers use blocks::dot_q8_k
     // Attention's loops, bit-equal to the reference kernels: dots in eight fused lanes (reference_kernels.cpp
     // gives the order), y += a x as a multiply then an add.

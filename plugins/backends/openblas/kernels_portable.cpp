@@ -35,7 +35,7 @@ void round_f16(const float* x, float* y, int64_t n) {
 
 const Kernels table = {
     "portable", quantize_q8, {}, {}, nullptr,
-    {}, dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16, nullptr, nullptr,
+    blocks::quantize_q8_k, {}, dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16, nullptr, nullptr,
 };
 
 }  // namespace

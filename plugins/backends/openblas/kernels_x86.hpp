@@ -253,6 +253,52 @@ void quantize_q8(const float* x, int64_t n, int8_t* codes, float* scales, float*
     }
 }
 
+// blocks::quantize_q8_k with the same float operations: the first element of the largest magnitude gives the
+// scale's sign, codes min(127, x * iscale rounded to nearest even) (a NaN product gives 127 both ways), and
+// the sum of each run of 16 codes.
+void quantize_q8_k(const float* x, int64_t n, int8_t* codes, float* scales, int16_t* sums) {
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / 256; ++b, x += 256, codes += 256, sums += 16) {
+        __m256 m = _mm256_setzero_ps();
+        // max_ps returns its second operand when the first is NaN, so NaNs are skipped as the reference skips them.
+        for (int i = 0; i < 256; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        float max = 0.0f;
+        if (amax != 0.0f) {
+            const __m256 target = _mm256_set1_ps(amax);
+            for (int i = 0; i < 256; i += 8) {
+                const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), magnitude), target, _CMP_EQ_OQ));
+                if (hits != 0) {
+                    max = x[i + __builtin_ctz(static_cast<unsigned>(hits))];
+                    break;
+                }
+            }
+        }
+        const float iscale = amax != 0.0f ? -127.0f / max : 0.0f;
+        scales[b] = amax != 0.0f ? 1.0f / iscale : 0.0f;
+        const __m256 factor = _mm256_set1_ps(iscale), cap = _mm256_set1_ps(127.0f);
+        for (int g = 0; g < 256; g += 32) {
+            __m256i q[4];
+            for (int p = 0; p < 4; ++p) {
+                const __m256 rounded = _mm256_round_ps(_mm256_mul_ps(factor, _mm256_loadu_ps(x + g + 8 * p)),
+                                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                q[p] = _mm256_cvtps_epi32(_mm256_min_ps(rounded, cap));
+            }
+            const __m256i bytes = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + g), bytes);
+            // Groups of four codes as int32 (elements 0-15 in the low half), then two horizontal adds.
+            const __m256i fours = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), bytes), _mm256_set1_epi16(1));
+            const __m256i runs = _mm256_hadd_epi32(_mm256_hadd_epi32(fours, fours), fours);
+            sums[g / 16] = static_cast<int16_t>(_mm256_extract_epi32(runs, 0));
+            sums[g / 16 + 1] = static_cast<int16_t>(_mm256_extract_epi32(runs, 4));
+        }
+    }
+}
+
 // F16C rounds to nearest even like blocks::fp32_to_fp16 (they differ only in NaN payloads).
 void round_f16(const float* x, float* y, int64_t n) {
     int64_t i = 0;
@@ -529,6 +575,7 @@ constexpr Kernels table(const char* isa) {
          rows_dot<Products, Q5_0, R, C>, rows_dot<Products, Q5_1, R, C>},
         {dequantize_q8_0, dequantize_q4_0, dequantize_q4_1, dequantize_q5_0, dequantize_q5_1},
         nullptr,
+        quantize_q8_k,
         {k_rows_dot<Products, KAffine<4>>, k_rows_dot<Products, KAffine<5>>, k_rows_dot<Products, Q6K>},
         dot_f32,
         dot_f16,

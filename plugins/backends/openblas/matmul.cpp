@@ -80,12 +80,13 @@ void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thre
     int8_t* codes = sized(s.codes, n * k);
     float* scales = sized(s.scales, n * nb);
     int16_t* sums = sized(s.k_sums, n * nb * 16);
+    const Kernels& kern = kernels();
     pool.run(n, [&](int64_t c, int) {
-        blocks::quantize_q8_k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
+        kern.quantize_q8k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
     });
     const Q8KColumns columns{codes, scales, sums, nb};
     const int sl = k_slot(w.type);
-    const RowsDotQ8K fast = sl >= 0 ? kernels().dot_q8k[sl] : nullptr;
+    const RowsDotQ8K fast = sl >= 0 ? kern.dot_q8k[sl] : nullptr;
     const cellm_dtype type = w.type;
     const uint64_t row_bytes = blocks::row_bytes(type, k);
     const int64_t per_task = rows_per_task(m, pool.size(), 8);
