@@ -110,29 +110,12 @@ void glu(const Context& c) {
 void rope(const Context& c) {
     const Node& x = c.src(0);
     const int32_t* pos = c.src(1).i32();
-    const int64_t head_dim = x.ne[0], n_heads = x.ne[1], half = c.node.iparams[0] / 2;
-    const bool adjacent = c.node.iparams[1] == CELLM_ROPE_ADJACENT;
-    const double base = c.node.fparams[0], scale = c.node.fparams[1];
+    const int64_t half = c.node.iparams[0] / 2;
     const float* factors = c.has(2) ? c.src(2).f32() : nullptr;
-    std::vector<float> cos_sin(static_cast<size_t>(2 * half));  // cos in [0, half), sin in [half, 2 half)
+    std::vector<float> cos_sin(static_cast<size_t>(2 * half));
     for (int64_t t = c.begin; t < c.end; ++t) {
-        for (int64_t i = 0; i < half; ++i) {
-            double theta = pos[t] * scale * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
-            if (factors != nullptr) theta /= factors[i];
-            cos_sin[i] = static_cast<float>(std::cos(theta));
-            cos_sin[half + i] = static_cast<float>(std::sin(theta));
-        }
-        for (int64_t h = 0; h < n_heads; ++h) {
-            const float* in = x.f32() + (t * n_heads + h) * head_dim;
-            float* out = c.node.f32() + (t * n_heads + h) * head_dim;
-            std::copy(in, in + head_dim, out);
-            for (int64_t i = 0; i < half; ++i) {
-                const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
-                const float cs = cos_sin[i], sn = cos_sin[half + i];
-                out[a] = in[a] * cs - in[b] * sn;
-                out[b] = in[a] * sn + in[b] * cs;
-            }
-        }
+        rope_angles(c.node, pos[t], factors, cos_sin.data());
+        rope_rotate(c.node, x, t, cos_sin.data());
     }
 }
 
@@ -271,6 +254,33 @@ int64_t reference_parts(const Plan& plan, int32_t index) {
     case CELLM_OP_GET_ROWS: return node.ne[1];
     case CELLM_OP_ROPE: return node.ne[2];
     default: return 0;  // MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before writing
+    }
+}
+
+void rope_angles(const Node& rope, int32_t position, const float* factors, float* cos_sin) {
+    const int64_t half = rope.iparams[0] / 2;
+    const double base = rope.fparams[0], scale = rope.fparams[1];
+    for (int64_t i = 0; i < half; ++i) {
+        double theta = position * scale * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(2 * half));
+        if (factors != nullptr) theta /= factors[i];
+        cos_sin[i] = static_cast<float>(std::cos(theta));
+        cos_sin[half + i] = static_cast<float>(std::sin(theta));
+    }
+}
+
+void rope_rotate(const Node& rope, const Node& x, int64_t t, const float* cos_sin) {
+    const int64_t head_dim = x.ne[0], n_heads = x.ne[1], half = rope.iparams[0] / 2;
+    const bool adjacent = rope.iparams[1] == CELLM_ROPE_ADJACENT;
+    for (int64_t h = 0; h < n_heads; ++h) {
+        const float* in = x.f32() + (t * n_heads + h) * head_dim;
+        float* out = rope.f32() + (t * n_heads + h) * head_dim;
+        std::copy(in, in + head_dim, out);
+        for (int64_t i = 0; i < half; ++i) {
+            const int64_t a = adjacent ? 2 * i : i, b = adjacent ? 2 * i + 1 : i + half;
+            const float cs = cos_sin[i], sn = cos_sin[half + i];
+            out[a] = in[a] * cs - in[b] * sn;
+            out[b] = in[a] * sn + in[b] * cs;
+        }
     }
 }
 

@@ -52,6 +52,12 @@ void attention_weights(const AttentionShape& a, float* scores, int64_t n);
 // scale * code, each value with its group's scale.
 void expand_i8(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out);
 
+// ROPE, in two halves a backend may cache between: the angles of one position (cos of pair i at cos_sin[i], sin
+// at cos_sin[half + i], computed in double and rounded, `factors` dividing them when not null), then the
+// rotation of token t's rows of x into the ROPE node with them.
+void rope_angles(const Node& rope, int32_t position, const float* factors, float* cos_sin);
+void rope_rotate(const Node& rope, const Node& x, int64_t t, const float* cos_sin);
+
 // Checks node `index` (an ATTENTION node whose inputs are bound); throws plugin::Failure naming the bad entry.
 AttentionShape check_attention(Plan& plan, int32_t index);
 

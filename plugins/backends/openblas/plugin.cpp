@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace cellm::openblas {
 namespace {
@@ -44,12 +45,14 @@ public:
     explicit BlasExecutor(int threads) : pool_(threads) {}
 
     void run(cpu::Plan& plan) override {
+        angles_.clear();
         for (size_t i = 0; i < plan.nodes.size(); ++i) {
             const auto index = static_cast<int32_t>(i);
             const cpu::Node& node = plan.nodes[i];
             switch (node.op) {
             case CELLM_OP_MATMUL: matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_); break;
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_); break;
+            case CELLM_OP_ROPE: rope(plan, node); break;
             default: run_split(plan, index); break;
             }
         }
@@ -73,6 +76,46 @@ private:
     }
     static constexpr int64_t min_split_elements = 16384;
 
+    // The angles of every token of a step for one set of ROPE parameters. Every layer's Q and K rotate by the
+    // same angles, so each set is computed once per step (the pow, cos and sin cost more than the rotations).
+    struct Angles {
+        int32_t positions;  // the node holding the positions
+        const float* factors;
+        int64_t half;
+        float base, scale;
+        std::vector<float> cos_sin;  // token t's at 2 * half * t (cpu::rope_angles' layout)
+    };
+
+    void rope(const cpu::Plan& plan, const cpu::Node& node) {
+        const cpu::Node& x = src(plan, node, 0);
+        const cpu::Node& positions = src(plan, node, 1);
+        const float* factors = node.src[2] >= 0 ? src(plan, node, 2).f32() : nullptr;
+        const int64_t half = node.iparams[0] / 2, n_tokens = x.ne[2], width = 2 * half;
+        auto same = [&](const Angles& a) {
+            return a.positions == node.src[1] && a.factors == factors && a.half == half &&
+                   a.base == node.fparams[0] && a.scale == node.fparams[1];
+        };
+        auto found = std::find_if(angles_.begin(), angles_.end(), same);
+        if (found == angles_.end()) {
+            Angles a{node.src[1], factors, half, node.fparams[0], node.fparams[1], {}};
+            a.cos_sin.resize(static_cast<size_t>(n_tokens * width));
+            for (int64_t t = 0; t < n_tokens; ++t)
+                cpu::rope_angles(node, positions.i32()[t], factors, a.cos_sin.data() + t * width);
+            found = angles_.insert(angles_.end(), std::move(a));
+        }
+        const float* table = found->cos_sin.data();
+        auto rotate = [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) cpu::rope_rotate(node, x, t, table + t * width);
+        };
+        if (n_tokens < 2 || node.nelements() < min_split_elements) {
+            rotate(0, n_tokens);
+            return;
+        }
+        const int64_t per_task = std::max<int64_t>(1, n_tokens / (4 * pool_.size()));
+        pool_.run((n_tokens + per_task - 1) / per_task,
+                  [&](int64_t task, int) { rotate(task * per_task, std::min(n_tokens, (task + 1) * per_task)); });
+    }
+
     static const cpu::Node& src(const cpu::Plan& plan, const cpu::Node& node, int k) {
         return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])];
     }
@@ -80,6 +123,7 @@ private:
     ThreadPool pool_;
     MatmulScratch matmul_;
     AttentionScratch attention_;
+    std::vector<Angles> angles_;  // this step's
 };
 
 std::unique_ptr<cpu::Executor> make_executor(int threads) {
