@@ -22,6 +22,15 @@ int64_t rows_per_task(int64_t rows, int threads, int64_t minimum) {
     return std::max<int64_t>(minimum, rows / (static_cast<int64_t>(threads) * 8));
 }
 
+// Rows [0, m) in tasks of `per_task` rows across the pool: body(r0, r1, thread) for each task.
+template <class Body>
+void for_row_tasks(ThreadPool& pool, int64_t m, int64_t per_task, Body body) {
+    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int thread) {
+        const int64_t r0 = task * per_task;
+        body(r0, std::min(m, r0 + per_task), thread);
+    });
+}
+
 // Expands rows [r0, r1) of w into `out` (row after row).
 void expand_rows(const cpu::Node& w, int64_t r0, int64_t r1, float* out) {
     const int64_t k = w.ne[0];
@@ -59,9 +68,7 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     const RowsDotQ8 fast = sl >= 0 ? kern.dot_q8[sl] : nullptr;
     const cellm_dtype type = w.type;
     const uint64_t row_bytes = blocks::row_bytes(type, k);
-    const int64_t per_task = rows_per_task(m, pool.size(), 16);
-    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int) {
-        const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
+    for_row_tasks(pool, m, rows_per_task(m, pool.size(), 16), [&](int64_t r0, int64_t r1, int) {
         if (fast != nullptr) {
             fast(w.data + static_cast<uint64_t>(r0) * row_bytes, row_bytes, r1 - r0, columns, n, y.f32() + r0, m);
             return;
@@ -89,9 +96,7 @@ void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thre
     const RowsDotQ8K fast = sl >= 0 ? kern.dot_q8k[sl] : nullptr;
     const cellm_dtype type = w.type;
     const uint64_t row_bytes = blocks::row_bytes(type, k);
-    const int64_t per_task = rows_per_task(m, pool.size(), 8);
-    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int) {
-        const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
+    for_row_tasks(pool, m, rows_per_task(m, pool.size(), 8), [&](int64_t r0, int64_t r1, int) {
         if (fast != nullptr) {
             fast(w.data + static_cast<uint64_t>(r0) * row_bytes, row_bytes, r1 - r0, columns, n, y.f32() + r0, m);
             return;
@@ -121,8 +126,7 @@ void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Th
     // must not depend on the thread count: OpenBLAS rounds differently for different panel shapes, and results
     // should not change with the machine's core count.
     const int64_t per_task = std::clamp<int64_t>(std::min<int64_t>((64 * 1024) / k, m / 16), 16, 256);
-    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int thread) {
-        const int64_t r0 = task * per_task, r1 = std::min(m, r0 + per_task);
+    for_row_tasks(pool, m, per_task, [&](int64_t r0, int64_t r1, int thread) {
         float* panel = sized(s.panels[static_cast<size_t>(thread)], per_task * k);
         expand_rows(w, r0, r1, panel);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(n), static_cast<blasint>(r1 - r0),
@@ -138,11 +142,9 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const float* rounded = round_columns(w, x, s);
     s.panels.resize(static_cast<size_t>(pool.size()));
-    const int64_t per_task = rows_per_task(m, pool.size(), 8);
-    pool.run((m + per_task - 1) / per_task, [&](int64_t task, int thread) {
+    for_row_tasks(pool, m, rows_per_task(m, pool.size(), 8), [&](int64_t r0, int64_t r1, int thread) {
         float* row = sized(s.panels[static_cast<size_t>(thread)], k);
-        const int64_t r1 = std::min(m, (task + 1) * per_task);
-        for (int64_t r = task * per_task; r < r1; ++r) {
+        for (int64_t r = r0; r < r1; ++r) {
             if (w.type == CELLM_TYPE_F16) {
                 // Halves widen inside the dot product (F16C); the same sums as expanding the row first.
                 const auto* halves = reinterpret_cast<const uint16_t*>(w.data) + r * k;

@@ -60,19 +60,24 @@ public:
     int threads() const override { return pool_.size(); }
 
 private:
-    // The other ops through the reference kernels, rows split across the pool when there are enough of them to
-    // pay for the hand-off (prefill; a decode step's vectors are faster on one thread).
+    // The other ops through the reference kernels, rows split across the pool.
     void run_split(cpu::Plan& plan, int32_t index) {
-        const int64_t parts = cpu::reference_parts(plan, index);
-        const int64_t elements = plan.nodes[static_cast<size_t>(index)].nelements();
+        split(cpu::reference_parts(plan, index), plan.nodes[static_cast<size_t>(index)].nelements(),
+              [&](int64_t begin, int64_t end) { cpu::run_reference_part(plan, index, begin, end); });
+    }
+
+    // run(begin, end) over `parts` independent units of an op that writes `elements` values: split across the
+    // pool when there are enough of them to pay for the hand-off (prefill; a decode step's vectors are faster
+    // on one thread), else whole. Fewer than two parts means the op must run whole.
+    template <class Run>
+    void split(int64_t parts, int64_t elements, Run run) {
         if (parts < 2 || elements < min_split_elements) {
-            cpu::run_reference(plan, index);
+            run(0, parts);
             return;
         }
         const int64_t per_task = std::max<int64_t>(1, parts / (4 * pool_.size()));
-        pool_.run((parts + per_task - 1) / per_task, [&](int64_t task, int) {
-            cpu::run_reference_part(plan, index, task * per_task, std::min(parts, (task + 1) * per_task));
-        });
+        pool_.run((parts + per_task - 1) / per_task,
+                  [&](int64_t task, int) { run(task * per_task, std::min(parts, (task + 1) * per_task)); });
     }
     static constexpr int64_t min_split_elements = 16384;
 
@@ -104,16 +109,9 @@ private:
             found = angles_.insert(angles_.end(), std::move(a));
         }
         const float* table = found->cos_sin.data();
-        auto rotate = [&](int64_t t0, int64_t t1) {
+        split(n_tokens, node.nelements(), [&](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t) cpu::rope_rotate(node, x, t, table + t * width);
-        };
-        if (n_tokens < 2 || node.nelements() < min_split_elements) {
-            rotate(0, n_tokens);
-            return;
-        }
-        const int64_t per_task = std::max<int64_t>(1, n_tokens / (4 * pool_.size()));
-        pool_.run((n_tokens + per_task - 1) / per_task,
-                  [&](int64_t task, int) { rotate(task * per_task, std::min(n_tokens, (task + 1) * per_task)); });
+        });
     }
 
     static const cpu::Node& src(const cpu::Plan& plan, const cpu::Node& node, int k) {
