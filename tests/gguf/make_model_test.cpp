@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <set>
 
 namespace cellm::test {
@@ -113,6 +114,127 @@ TEST(MakeModel, RejectsUnknownPresetAndType) {
     EXPECT_NE(make_model("--out " + ::testing::TempDir() + "x.gguf --preset huge"), 0);
     EXPECT_NE(make_model("--out " + ::testing::TempDir() + "x.gguf --type q3_k"), 0);
     EXPECT_THROW(synthetic::parse_weight_type("q2_k"), std::invalid_argument);
+}
+
+// How many tensors of each type, and the layers whose `suffix` tensor has `type`.
+std::map<cellm_dtype, int> type_counts(const std::vector<synthetic::TensorSpec>& specs) {
+    std::map<cellm_dtype, int> counts;
+    for (const synthetic::TensorSpec& t : specs) ++counts[t.type];
+    return counts;
+}
+std::vector<int> layers_with(const std::vector<synthetic::TensorSpec>& specs, const std::string& suffix,
+                             cellm_dtype type) {
+    std::vector<int> layers;
+    for (const synthetic::TensorSpec& t : specs) {
+        if (t.type == type && t.name.size() > suffix.size() &&
+            t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+            layers.push_back(std::stoi(t.name.substr(4)));
+        }
+    }
+    return layers;
+}
+const synthetic::TensorSpec* find_spec(const std::vector<synthetic::TensorSpec>& specs, const std::string& name) {
+    for (const synthetic::TensorSpec& t : specs) {
+        if (t.name == name) return &t;
+    }
+    return nullptr;
+}
+
+// The real gemma-3-270m Q4_K_M file (llama.cpp): 236 tensors, 109 F32, 27 Q4_K, 81 Q5_0, 9 Q6_K, 10 Q8_0, with
+// these shapes; Q6_K ffn_down and Q8_0 attn_v (Q6_K's fallback for rows of 640) in layers 0 1 4 7 10 13 15 16 17.
+TEST(MakeModel, Gemma3_270mHasTheRealQ4KMFilesTensors) {
+    const synthetic::Preset& p = synthetic::find_preset("gemma3-270m");
+    EXPECT_EQ(p.arch, "gemma3");
+    EXPECT_EQ(p.n_vocab, 262144u);
+    EXPECT_EQ(p.n_layer, 18u);
+    EXPECT_EQ(p.n_head, 4u);
+    EXPECT_EQ(p.n_head_kv, 1u);
+    EXPECT_EQ(p.head_dim, 256u);
+    EXPECT_EQ(p.sliding_window, 512u);
+    EXPECT_EQ(p.n_ctx, 32768u);
+    EXPECT_EQ(p.rope_theta, 1000000.0f);
+    EXPECT_EQ(p.rms_eps, 1e-6f);
+    EXPECT_TRUE(p.tied_embeddings);
+
+    ModelOptions options{"gemma3-270m", CELLM_TYPE_F32, 1};
+    synthetic::set_type(options, "q4_k_m");
+    const std::vector<synthetic::TensorSpec> specs = synthetic::tensor_specs(options);
+    ASSERT_EQ(specs.size(), 236u);
+    const std::map<cellm_dtype, int> expected_counts{{CELLM_TYPE_F32, 109}, {CELLM_TYPE_Q4_K, 27},
+                                                     {CELLM_TYPE_Q5_0, 81}, {CELLM_TYPE_Q6_K, 9},
+                                                     {CELLM_TYPE_Q8_0, 10}};
+    EXPECT_EQ(type_counts(specs), expected_counts);
+    const struct {
+        const char* name;
+        std::vector<int64_t> ne;
+        cellm_dtype type;
+    } expected[] = {
+        {"token_embd.weight", {640, 262144}, CELLM_TYPE_Q8_0},
+        {"output_norm.weight", {640}, CELLM_TYPE_F32},
+        {"blk.3.attn_q.weight", {640, 1024}, CELLM_TYPE_Q5_0},
+        {"blk.3.attn_k.weight", {640, 256}, CELLM_TYPE_Q5_0},
+        {"blk.3.attn_v.weight", {640, 256}, CELLM_TYPE_Q5_0},
+        {"blk.4.attn_v.weight", {640, 256}, CELLM_TYPE_Q8_0},
+        {"blk.3.attn_q_norm.weight", {256}, CELLM_TYPE_F32},
+        {"blk.3.attn_k_norm.weight", {256}, CELLM_TYPE_F32},
+        {"blk.3.attn_output.weight", {1024, 640}, CELLM_TYPE_Q4_K},
+        {"blk.3.post_attention_norm.weight", {640}, CELLM_TYPE_F32},
+        {"blk.3.ffn_gate.weight", {640, 2048}, CELLM_TYPE_Q5_0},
+        {"blk.3.ffn_up.weight", {640, 2048}, CELLM_TYPE_Q5_0},
+        {"blk.3.ffn_down.weight", {2048, 640}, CELLM_TYPE_Q4_K},
+        {"blk.4.ffn_down.weight", {2048, 640}, CELLM_TYPE_Q6_K},
+        {"blk.17.post_ffw_norm.weight", {640}, CELLM_TYPE_F32},
+    };
+    for (const auto& e : expected) {
+        const synthetic::TensorSpec* t = find_spec(specs, e.name);
+        ASSERT_NE(t, nullptr) << e.name;
+        EXPECT_EQ(t->ne, e.ne) << e.name;
+        EXPECT_EQ(t->type, e.type) << e.name;
+    }
+    EXPECT_EQ(find_spec(specs, "output.weight"), nullptr);
+    const std::vector<int> more_bits{0, 1, 4, 7, 10, 13, 15, 16, 17};
+    EXPECT_EQ(layers_with(specs, ".ffn_down.weight", CELLM_TYPE_Q6_K), more_bits);
+    EXPECT_EQ(layers_with(specs, ".attn_v.weight", CELLM_TYPE_Q8_0), more_bits);
+}
+
+// The real SmolLM2-135M-Instruct Q4_K_M file: 61 F32, 16 Q4_K, 166 Q5_0, 14 Q6_K, 15 Q8_0 (rows of 576 take the
+// fallbacks; ffn_down's rows of 1536 do not).
+TEST(MakeModel, Q4KMixMatchesTheRealSmollm2File) {
+    ModelOptions options{"smollm2-135m", CELLM_TYPE_F32, 1};
+    synthetic::set_type(options, "q4_k_m");
+    const std::vector<synthetic::TensorSpec> specs = synthetic::tensor_specs(options);
+    const std::map<cellm_dtype, int> expected_counts{{CELLM_TYPE_F32, 61}, {CELLM_TYPE_Q4_K, 16},
+                                                     {CELLM_TYPE_Q5_0, 166}, {CELLM_TYPE_Q6_K, 14},
+                                                     {CELLM_TYPE_Q8_0, 15}};
+    EXPECT_EQ(type_counts(specs), expected_counts);
+    const std::vector<int> more_bits{0, 1, 2, 5, 8, 11, 14, 17, 20, 23, 26, 27, 28, 29};
+    EXPECT_EQ(layers_with(specs, ".ffn_down.weight", CELLM_TYPE_Q6_K), more_bits);
+    EXPECT_EQ(layers_with(specs, ".attn_v.weight", CELLM_TYPE_Q8_0), more_bits);
+    EXPECT_EQ(find_spec(specs, "token_embd.weight")->type, CELLM_TYPE_Q8_0);
+    EXPECT_EQ(find_spec(specs, "blk.0.attn_output.weight")->type, CELLM_TYPE_Q5_0);
+}
+
+// Through the command line: the file holds the types tensor_specs gives (tiny is untied, with rows of 256, so
+// output.weight is Q6_K and token_embd Q4_K).
+TEST(MakeModel, Q4KMixWritesThePlannedTypes) {
+    const std::string path = ::testing::TempDir() + "cellm_tiny_q4_k_m.gguf";
+    ASSERT_EQ(make_model("--out " + path + " --preset tiny --type q4_k_m"), 0);
+    OpenedModel m(path);
+    ASSERT_TRUE(m.ok());
+    ModelOptions options{"tiny", CELLM_TYPE_F32, 1};
+    synthetic::set_type(options, "q4_k_m");
+    const std::vector<synthetic::TensorSpec> specs = synthetic::tensor_specs(options);
+    ASSERT_EQ(m.view().n_tensors, specs.size());
+    for (const synthetic::TensorSpec& s : specs) {
+        const cellm_tensor_info* t = m.tensor(s.name);
+        ASSERT_NE(t, nullptr) << s.name;
+        EXPECT_EQ(t->type, s.type) << s.name;
+    }
+    EXPECT_EQ(m.tensor("output.weight")->type, CELLM_TYPE_Q6_K);
+    EXPECT_EQ(m.tensor("token_embd.weight")->type, CELLM_TYPE_Q4_K);
+    EXPECT_EQ(m.tensor("blk.1.ffn_down.weight")->type, CELLM_TYPE_Q6_K);
+    EXPECT_EQ(m.tensor("blk.0.ffn_down.weight")->type, CELLM_TYPE_Q4_K);
+    EXPECT_THROW(synthetic::set_type(options, "q4_k_s"), std::invalid_argument);
 }
 
 TEST(MakeModel, OutputDependsOnlyOnTheSeed) {

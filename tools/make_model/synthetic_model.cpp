@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 namespace cellm::synthetic {
@@ -18,6 +19,9 @@ constexpr Preset preset_table[] = {
     {"qwen3-tiny", "qwen3", 512, 256, 512, 2, 4, 2, 128, 256, 1000000.0f, 1e-6f, false},
     {"gemma3-tiny", "gemma3", 512, 256, 512, 6, 4, 1, 128, 256, 1000000.0f, 1e-6f, true, 8},
     {"gemma3-tiny-softcap", "gemma3", 512, 256, 512, 6, 4, 1, 128, 256, 1000000.0f, 1e-6f, true, 8, 1.5f, 3.0f},
+    // google/gemma-3-270m as llama.cpp's converter writes it (the local layers' RoPE base of 10000 and the
+    // every-sixth-layer-global pattern are not in the file: the gemma3 plugin knows them).
+    {"gemma3-270m", "gemma3", 262144, 640, 2048, 18, 4, 1, 256, 32768, 1000000.0f, 1e-6f, true, 512},
 };
 
 struct WeightType {
@@ -29,6 +33,8 @@ constexpr WeightType weight_types[] = {
     {"q4_0", CELLM_TYPE_Q4_0}, {"q4_1", CELLM_TYPE_Q4_1}, {"q5_0", CELLM_TYPE_Q5_0}, {"q5_1", CELLM_TYPE_Q5_1},
     {"q4_k", CELLM_TYPE_Q4_K}, {"q5_k", CELLM_TYPE_Q5_K}, {"q6_k", CELLM_TYPE_Q6_K},
 };
+
+constexpr std::string_view q4_k_m_name = "q4_k_m";
 
 // How a tensor's values are drawn. Standard deviations keep activations O(1) through the layers:
 // 1/sqrt(fan_in) for projections, 1 for embeddings, 1 plus a little noise for norm gains. Tied embeddings
@@ -77,6 +83,49 @@ std::vector<TensorPlan> plan_tensors(const Preset& p) {
     plan.push_back({"output_norm.weight", {embd}, Init::norm_gain});
     if (!p.tied_embeddings) plan.push_back({"output.weight", {embd, p.n_vocab}, Init::projection});
     return plan;
+}
+
+// llama.cpp's use_more_bits: the layers whose attn_v and ffn_down Q4_K_M keeps in Q6_K.
+bool use_more_bits(int64_t layer, int64_t n_layer) {
+    return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+    return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// The layer of a "blk.N." tensor, -1 for the others.
+int64_t layer_of(std::string_view name) {
+    if (name.substr(0, 4) != "blk.") return -1;
+    int64_t layer = 0;
+    for (size_t i = 4; i < name.size() && name[i] != '.'; ++i) layer = layer * 10 + (name[i] - '0');
+    return layer;
+}
+
+// The type llama.cpp's quantizer gives a tensor for LLAMA_FTYPE_MOSTLY_Q4_K_M (llama_tensor_get_type, for the
+// tensors these archs have), with its fallbacks for rows that K-quants cannot hold.
+cellm_dtype q4_k_m_type(const Preset& p, const TensorPlan& t) {
+    if (t.ne.size() != 2) return CELLM_TYPE_F32;
+    const bool classifier = t.name == "output.weight" || (p.tied_embeddings && t.name == "token_embd.weight");
+    cellm_dtype type = CELLM_TYPE_Q4_K;
+    if (classifier) {
+        type = CELLM_TYPE_Q6_K;
+    } else if ((ends_with(t.name, ".attn_v.weight") || ends_with(t.name, ".ffn_down.weight")) &&
+               use_more_bits(layer_of(t.name), p.n_layer)) {
+        type = CELLM_TYPE_Q6_K;
+    }
+    if (t.ne[0] % cellm_dtype_block_size(type) != 0) type = type == CELLM_TYPE_Q6_K ? CELLM_TYPE_Q8_0 : CELLM_TYPE_Q5_0;
+    return type;
+}
+
+cellm_dtype type_of(const Preset& p, const TensorPlan& t, const ModelOptions& options) {
+    if (options.mix == TypeMix::q4_k_m) return q4_k_m_type(p, t);
+    return t.ne.size() == 2 ? options.weight_type : CELLM_TYPE_F32;
+}
+
+std::string type_option_name(const ModelOptions& options) {
+    if (options.mix == TypeMix::q4_k_m) return std::string(q4_k_m_name);
+    return std::string(weight_type_name(options.weight_type));
 }
 
 // xoshiro256+ seeded through splitmix64: fast, and the same stream on every platform and compiler.
@@ -199,30 +248,60 @@ std::string_view weight_type_name(cellm_dtype type) {
     return "?";
 }
 
-gguf::Writer build_model(const ModelOptions& options) {
-    const Preset& preset = find_preset(options.preset);
-    const std::vector<TensorPlan> plan = plan_tensors(preset);
-    const cellm_dtype type = options.weight_type;
-    if (weight_type_name(type) == "?") {
-        throw std::invalid_argument("weight type " + std::to_string(type) + " is not one the generator writes");
+void set_type(ModelOptions& options, std::string_view name) {
+    if (name == q4_k_m_name) {
+        options.mix = TypeMix::q4_k_m;
+        return;
     }
-    const int64_t block = cellm_dtype_block_size(type);
-    for (const TensorPlan& t : plan) {
+    try {
+        options.weight_type = parse_weight_type(name);
+        options.mix = TypeMix::none;
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string(e.what()) + "; or the mix " + std::string(q4_k_m_name));
+    }
+}
+
+namespace {
+
+// The plan with each tensor's type, checked against the row lengths.
+std::vector<std::pair<TensorPlan, cellm_dtype>> typed_plan(const Preset& preset, const ModelOptions& options) {
+    if (options.mix == TypeMix::none && weight_type_name(options.weight_type) == "?") {
+        throw std::invalid_argument("weight type " + std::to_string(options.weight_type) +
+                                    " is not one the generator writes");
+    }
+    std::vector<std::pair<TensorPlan, cellm_dtype>> typed;
+    for (TensorPlan& t : plan_tensors(preset)) {
+        const cellm_dtype type = type_of(preset, t, options);
+        const int64_t block = cellm_dtype_block_size(type);
         if (t.ne.size() == 2 && t.ne[0] % block != 0) {
             throw std::invalid_argument("preset " + std::string(preset.name) + " cannot use --type " +
-                                        std::string(weight_type_name(type)) + ": '" + t.name + "' has rows of " +
+                                        type_option_name(options) + ": '" + t.name + "' has rows of " +
                                         std::to_string(t.ne[0]) + " elements, not a multiple of the type's block of " +
                                         std::to_string(block));
         }
+        typed.emplace_back(std::move(t), type);
     }
+    return typed;
+}
+
+}  // namespace
+
+std::vector<TensorSpec> tensor_specs(const ModelOptions& options) {
+    std::vector<TensorSpec> specs;
+    for (auto& [t, type] : typed_plan(find_preset(options.preset), options)) {
+        specs.push_back({std::move(t.name), std::move(t.ne), type});
+    }
+    return specs;
+}
+
+gguf::Writer build_model(const ModelOptions& options) {
+    const Preset& preset = find_preset(options.preset);
+    const std::vector<std::pair<TensorPlan, cellm_dtype>> plan = typed_plan(preset, options);
 
     gguf::Writer writer;
     add_metadata(writer, preset);
     Random random(options.seed);
-    for (const TensorPlan& t : plan) {
-        const cellm_dtype stored = t.ne.size() == 2 ? type : CELLM_TYPE_F32;
-        writer.add_tensor(t.name, stored, t.ne, generate(t, stored, random));
-    }
+    for (const auto& [t, type] : plan) writer.add_tensor(t.name, type, t.ne, generate(t, type, random));
     return writer;
 }
 

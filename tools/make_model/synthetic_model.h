@@ -10,6 +10,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cellm::synthetic {
 
@@ -28,10 +29,12 @@ struct Preset {
 
 // "tiny" (n_embd 256, every row a multiple of 256, so K-quants work), "smollm2-135m" (its exact shape),
 // "qwen2-tiny" and "qwen3-tiny" (tiny's shape as those archs; qwen3's heads are 128 wide, so n_head x head_dim
-// differs from n_embd, as in the real Qwen3 models), and "gemma3-tiny" (6 layers, so that layer 5 is global
+// differs from n_embd, as in the real Qwen3 models), "gemma3-tiny" (6 layers, so that layer 5 is global
 // and the others local with a window of 8 positions; one KV head of 128, like Gemma-3-270M's single KV head),
-// and "gemma3-tiny-softcap" (the same with Gemma 2 style attention and final logit soft-caps, tight enough to
-// bend most scores and logits).
+// "gemma3-tiny-softcap" (the same with Gemma 2 style attention and final logit soft-caps, tight enough to
+// bend most scores and logits), and "gemma3-270m" (Gemma-3-270M's exact shape: 18 layers, n_embd 640, 4 query
+// heads and 1 KV head of 256, n_ff 2048, a window of 512, and a 262144-token vocabulary, so that token_embd,
+// tied to the classifier, holds 168M of the 268M weights; 250 MB with --type q4_k_m).
 std::span<const Preset> presets();
 // Throws std::invalid_argument listing the known presets.
 const Preset& find_preset(std::string_view name);
@@ -41,11 +44,34 @@ const Preset& find_preset(std::string_view name);
 cellm_dtype parse_weight_type(std::string_view name);
 std::string_view weight_type_name(cellm_dtype type);
 
+// How 2-D tensors get their types: all in ModelOptions::weight_type, or per tensor as llama.cpp's quantizer
+// mixes them for a file type. q4_k_m: Q4_K, but Q6_K for the classifier (output.weight, or token_embd.weight
+// when tied) and for attn_v and ffn_down in the layers llama.cpp's use_more_bits picks (the first and last
+// eighth, and every third between); then, for rows that are not whole 256-element super-blocks, Q6_K becomes
+// Q8_0 and Q4_K becomes Q5_0 (llama.cpp's fallbacks). That gives the real SmolLM2-135M-Instruct and
+// Gemma-3-270M Q4_K_M files' type of every tensor.
+enum class TypeMix { none, q4_k_m };
+
 struct ModelOptions {
     std::string preset = "tiny";
     cellm_dtype weight_type = CELLM_TYPE_F32;  // of 2-D weights; norms and other 1-D tensors stay F32
     uint64_t seed = 1;
+    TypeMix mix = TypeMix::none;  // other than none: per-tensor types, and weight_type is not used
 };
+
+// cellm-make-model's --type: a weight type (parse_weight_type) or a mix ("q4_k_m"). Throws
+// std::invalid_argument listing both.
+void set_type(ModelOptions& options, std::string_view name);
+
+// A tensor as build_model writes it, without its data.
+struct TensorSpec {
+    std::string name;
+    std::vector<int64_t> ne;  // ne[0] innermost
+    cellm_dtype type;
+};
+
+// Every tensor build_model writes, in file order, with its type. Throws as build_model does.
+std::vector<TensorSpec> tensor_specs(const ModelOptions& options);
 
 // The whole model in a writer. Throws std::invalid_argument for an unknown preset or a weight type the
 // preset's row lengths cannot hold (K-quants need rows that are a multiple of 256).
