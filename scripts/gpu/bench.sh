@@ -4,14 +4,20 @@
 #
 # Usage: scripts/gpu/bench.sh [BACKEND ...]        default: vulkan      e.g. scripts/gpu/bench.sh vulkan openblas
 #
-# Per backend it runs two `cellm-host bench --json` on a synthetic model of SmolLM2-135M-Instruct Q4_1's exact
-# shape and tensor types (random weights, synthetic tokenizer):
+# Per backend it runs two `cellm-host bench --json` on a synthetic model (random weights, synthetic tokenizer) of
+# a real file's exact tensor names, shapes and types, by default SmolLM2-135M-Instruct Q4_1 (CELLM_GPU_MODEL):
 #   decode:   a 128-token prompt, then $CELLM_GPU_GEN greedy decode steps     -> $OUT/BACKEND-decode.json
 #   prefill:  a 512-token prompt (one prefill), then 16 decode steps          -> $OUT/BACKEND-prefill512.json
 # and logs everything (environment, plugin list, stderr) to $OUT/BACKEND.log; $OUT/summary.txt gets one table.
 # The device tool returns at most 8 files, so name at most 2 backends per run (3 files each + summary).
 #
 # Environment (all optional):
+#   CELLM_GPU_MODEL       the model's shape (default smollm2-135m):
+#                           smollm2-135m  SmolLM2-135M-Instruct Q4_1: llama, 30 layers, n_embd 576, vocab 49152;
+#                                         Q4_1 with a Q8_0 token_embd (tied), 98 MB
+#                           gemma3-270m   Gemma-3-270M Q4_K_M: gemma3, 18 layers, n_embd 640, 4 heads and 1 KV
+#                                         head of 256, window 512, vocab 262144; llama.cpp's Q4_K_M mix (Q4_K,
+#                                         Q5_0, Q6_K, Q8_0 token_embd, tied), 254 MB, made in 3-4 s
 #   OUT                   output folder (the device tool sets it; default /tmp/out)
 #   CELLM_GPU_SETUP       1: unpack .gl/*.deb into / and ldconfig (the device README's loader step; root only)
 #                         0: skip it. Default auto: do it when root, .gl/ exists and ldconfig knows no libvulkan
@@ -19,6 +25,7 @@
 #   CELLM_GPU_GEN         decode steps of the decode bench (default 128)
 #   CELLM_GPU_PREFILL     prompt tokens of the prefill bench (default 512)
 #   CELLM_GPU_THREADS     --threads for the backend (default: the manifest's default, the physical cores)
+#   CELLM_GPU_VERBOSE=1   cellm-host --verbose: backend logs (the vulkan profile with 'profile = 1') go to the log
 #   CELLM_GPU_BACKEND_OPTS extra TOML lines for the manifest's [backend] table, e.g. 'device = 0'
 #   CELLM_GPU_KV_TYPE     f32 | f16 | q8 for [context].kv_type (default: the host's default, f16)
 #   CELLM_GPU_TIMEOUT     seconds per cellm-host bench before it is killed (default 120; 2 backends x 2 benches stay inside a 10-minute run)
@@ -41,6 +48,12 @@ reps=${CELLM_GPU_REPS:-5}
 gen=${CELLM_GPU_GEN:-128}
 prefill=${CELLM_GPU_PREFILL:-512}
 timeout_s=${CELLM_GPU_TIMEOUT:-120}
+model_name=${CELLM_GPU_MODEL:-smollm2-135m}
+case $model_name in
+    smollm2-135m) model="$work/smollm2-135m-synthetic.Q4_1.gguf" ;;
+    gemma3-270m) model="$work/gemma3-270m-synthetic.Q4_K_M.gguf" ;;
+    *) die "CELLM_GPU_MODEL=$model_name: not smollm2-135m or gemma3-270m" ;;
+esac
 carry="$root/.gpu-carry"
 mkdir -p "$OUT" "$work"
 
@@ -111,15 +124,23 @@ host="$carry/bin/cellm-host"
     say "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: $icd not found)}"
     say "libvulkan: $(ldconfig -p 2>/dev/null | grep -m1 'libvulkan\.so\.1' | sed 's/.*=> //' || true)"
     say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    say "model: $model_name (CELLM_GPU_MODEL), synthetic: $model"
     if [ -f "$carry/PACKED" ]; then head -3 "$carry/PACKED" | sed 's/^/   .gpu-carry\/PACKED: /'; fi
 } | tee "$work/env.txt"
 
-# --- 3. The synthetic SmolLM2-135M Q4_1 model. -------------------------------------------------------------
-# cellm-make-model writes every 2-D tensor in one type; the real Q4_1 file keeps token_embd.weight (tied, so
-# also the 49152x576 classifier) in Q8_0. Same preset and seed give the same values in every type, so the
-# Q8_0 token_embd of a second file is spliced in (scripts/gpu/gguf_tool.py, python3's standard library only).
-model="$work/smollm2-135m-synthetic.Q4_1.gguf"
-if [ "${CELLM_GPU_REGEN:-0}" = 1 ] || [ ! -s "$model" ]; then
+# --- 3. The synthetic model. --------------------------------------------------------------------------------
+# SmolLM2-135M Q4_1: cellm-make-model's --type q4_1 writes every 2-D tensor in Q4_1; the real Q4_1 file keeps
+# token_embd.weight (tied, so also the 49152x576 classifier) in Q8_0. Same preset and seed give the same values
+# in every type, so the Q8_0 token_embd of a second file is spliced in (scripts/gpu/gguf_tool.py, python3's
+# standard library only).
+# Gemma-3-270M Q4_K_M: --type q4_k_m gives each tensor the type llama.cpp's Q4_K_M gives it, as in the real file.
+if [ "$model_name" = gemma3-270m ] && { [ "${CELLM_GPU_REGEN:-0}" = 1 ] || [ ! -s "$model" ]; }; then
+    say "generating the synthetic Gemma-3-270M model into $work"
+    gen_start=$SECONDS
+    "$carry/bin/cellm-make-model" --preset gemma3-270m --type q4_k_m --seed 1 --out "$model.tmp"
+    mv "$model.tmp" "$model"
+    say "model generated in $((SECONDS - gen_start)) s"
+elif [ "${CELLM_GPU_REGEN:-0}" = 1 ] || [ ! -s "$model" ]; then
     say "generating the synthetic SmolLM2-135M model into $work"
     gen_start=$SECONDS
     "$carry/bin/cellm-make-model" --preset smollm2-135m --type q4_1 --seed 1 --out "$work/q4_1.gguf"
@@ -138,14 +159,18 @@ fi
 if command -v python3 >/dev/null; then
     say "model tensors: $(python3 scripts/gpu/gguf_tool.py list "$model" | tail -1 | sed 's/^# //')"
 fi
+say "model: $model_name, $(($(stat -c %s "$model") / 1048576)) MiB"
 
 # --- 4. The benches. ---------------------------------------------------------------------------------------
+verbose_arg=()
+if [ "${CELLM_GPU_VERBOSE:-0}" = 1 ]; then verbose_arg=(--verbose); fi
 threads_arg=()
 if [ -n "${CELLM_GPU_THREADS:-}" ]; then threads_arg=(--threads "$CELLM_GPU_THREADS"); fi
 status=0
 summary="$OUT/summary.txt"
+echo "model: $model_name (synthetic, ${model##*/})" >"$summary"
 printf '%-10s %-14s %8s %8s %5s %12s %12s %10s %9s\n' backend bench prompt gen reps prefill_tok/s decode_tok/s ttft_ms rss_MiB \
-    >"$summary"
+    >>"$summary"
 for backend in "${backends[@]}"; do
     manifest="$work/bench-$backend.toml"
     {
@@ -176,7 +201,7 @@ for backend in "${backends[@]}"; do
     for kind in decode prefill; do
         if [ $kind = decode ]; then p=128 g=$gen name=decode; else p=$prefill g=16 name=prefill$prefill; fi
         json="$OUT/$backend-$name.json"
-        cmd=("$host" bench --manifest "$manifest" "${threads_arg[@]}" --prompt-tokens "$p" --gen-tokens "$g"
+        cmd=("$host" "${verbose_arg[@]}" bench --manifest "$manifest" "${threads_arg[@]}" --prompt-tokens "$p" --gen-tokens "$g"
              --repetitions "$reps" --json)
         say "$backend $name: ${cmd[*]#"$root"/}" | tee -a "$log"
         start=$SECONDS
