@@ -138,3 +138,82 @@ uint lane_codes(Words p, uint b, uint l) {
 
 // Bytes of one row of k elements.
 uint row_bytes(uint k) { return k / BLOCK * BLOCK_BYTES; }
+
+// Elements 8 c .. 8 c + 7 of the row that starts at byte o, for the fast kernels (docs/vulkan.md, precision
+// "fast"): the same values as weight_at, each block's scale read once for the eight.
+void weights8(Words p, uint o, uint c, out float v[8]) {
+#if WEIGHT_TYPE == T_Q8_0
+    const uint b = o + (c / 4u) * BLOCK_BYTES, q = c % 4u;
+    const float d = half_at(p, b);
+    const uint words[2] = uint[](word_at(p, b + 2u + 8u * q), word_at(p, b + 6u + 8u * q));
+    for (uint i = 0u; i < 8u; ++i) v[i] = d * float(bitfieldExtract(int(words[i / 4u]), int(8u * (i % 4u)), 8));
+#elif WEIGHT_TYPE == T_Q4_0 || WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1
+    // Element j < 16 of a block is the low nibble of code byte j, j + 16 the high one.
+    const uint b = o + (c / 4u) * BLOCK_BYTES, q = c % 4u;
+#if WEIGHT_TYPE == T_Q4_0
+    const uint codes = b + 2u;
+#elif WEIGHT_TYPE == T_Q5_0
+    const uint codes = b + 6u;
+#elif WEIGHT_TYPE == T_Q4_1
+    const uint codes = b + 4u;
+#else
+    const uint codes = b + 8u;
+#endif
+    const uint shift = (q / 2u) * 4u, at = codes + 8u * (q % 2u);
+    const uint words[2] = uint[](word_at(p, at), word_at(p, at + 4u));
+    const float d = half_at(p, b);
+#if WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1
+    const uint high = word_at(p, b + (WEIGHT_TYPE == T_Q5_0 ? 2u : 4u)) >> (8u * q);
+#endif
+#if WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_1
+    const float m = half_at(p, b + 2u);
+#endif
+    for (uint i = 0u; i < 8u; ++i) {
+        uint u = (words[i / 4u] >> (8u * (i % 4u) + shift)) & 0xFu;
+#if WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1
+        u |= ((high >> i) & 1u) << 4;
+#endif
+#if WEIGHT_TYPE == T_Q4_0
+        v[i] = float(int(u) - 8) * d;
+#elif WEIGHT_TYPE == T_Q5_0
+        v[i] = float(int(u) - 16) * d;
+#else
+        v[i] = fma(float(u), d, m);
+#endif
+    }
+#elif WEIGHT_TYPE == T_Q4_K || WEIGHT_TYPE == T_Q5_K
+    // Eight elements of one 32-element sub-block: one scale and min.
+    const uint b = o + (c / 32u) * BLOCK_BYTES, j0 = 8u * (c % 32u), s = j0 / 32u, l0 = j0 % 32u;
+    uint sc, mn;
+    k_scale_min(p, b + 4u, s, sc, mn);
+    const float step = half_at(p, b) * float(sc), bias = half_at(p, b + 2u) * float(mn);
+    const uint at = b + (WEIGHT_TYPE == T_Q4_K ? 16u : 48u) + 32u * (s / 2u) + l0, shift = (s & 1u) * 4u;
+    const uint words[2] = uint[](p.w[at >> 2], p.w[(at >> 2) + 1u]);
+#if WEIGHT_TYPE == T_Q5_K
+    const uint hw[2] = uint[](p.w[(b + 16u + l0) >> 2], p.w[((b + 16u + l0) >> 2) + 1u]);
+#endif
+    for (uint i = 0u; i < 8u; ++i) {
+        uint u = (words[i / 4u] >> (8u * (i % 4u) + shift)) & 0xFu;
+#if WEIGHT_TYPE == T_Q5_K
+        u |= ((hw[i / 4u] >> (8u * (i % 4u) + s)) & 1u) << 4;
+#endif
+        v[i] = fma(step, float(u), -bias);
+    }
+#elif WEIGHT_TYPE == T_Q6_K
+    // Eight elements share a 16-element scale; their low nibbles and high bits are runs of bytes.
+    const uint b = o + (c / 32u) * BLOCK_BYTES, j0 = 8u * (c % 32u);
+    const uint h = j0 / 128u, k = (j0 % 128u) / 32u, l0 = j0 % 32u;
+    const uint lo_at = b + 64u * h + l0 + 32u * (k % 2u), hi_at = b + 128u + 32u * h + l0;
+    const uint lo[2] = uint[](word_at(p, lo_at), word_at(p, lo_at + 4u));
+    const uint hi[2] = uint[](word_at(p, hi_at), word_at(p, hi_at + 4u));
+    const int sc = int(byte_at(p, b + 192u + j0 / 16u) << 24) >> 24;
+    const float step = half_at(p, b + 208u) * float(sc);
+    for (uint i = 0u; i < 8u; ++i) {
+        const uint low = (lo[i / 4u] >> (8u * (i % 4u) + (k < 2u ? 0u : 4u))) & 0xFu;
+        const uint high = (hi[i / 4u] >> (8u * (i % 4u) + 2u * k)) & 3u;
+        v[i] = step * float(int(low | (high << 4)) - 32);
+    }
+#else
+    for (uint i = 0u; i < 8u; ++i) v[i] = weight_at(p, o, 8u * c + i);
+#endif
+}

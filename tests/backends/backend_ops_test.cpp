@@ -169,6 +169,12 @@ struct Instance {
         return message(be->create(threads > 0 ? &option : nullptr, threads > 0 ? 1 : 0, &backend));
     }
 
+    // Creates an instance of `iface` with the given options; "" or the error.
+    std::string open_with(const cellm_backend_iface* iface, const std::vector<cellm_option>& options) {
+        be = iface;
+        return message(be->create(options.data(), options.size(), &backend));
+    }
+
     cellm_backend_info info() const {
         cellm_backend_info i{};
         i.struct_size = sizeof i;
@@ -1098,6 +1104,228 @@ TEST_P(BackendOps, BuffersAreBoundsChecked) {
     EXPECT_EQ(message(be->buffer_read(backend, wrapped, 4, back, 4)), "");
     EXPECT_EQ(std::memcmp(back, data + 4, 4), 0);
     EXPECT_NE(message(be->buffer_write(backend, wrapped, 0, data, 1)).find("read-only"), std::string::npos);
+}
+
+// ---- The vulkan backend's fast precision (docs/vulkan.md) ----
+
+// Fast precision sums in its own order, in float, with activations left unrounded: it is held to the float math
+// of the stored weights, within what float summation of k terms can lose, a bound in units of the terms' sizes.
+class VulkanFast : public ::testing::Test, public Instance {
+protected:
+    void SetUp() override {
+        const BackendPlugin* vulkan = find_backend("vulkan");
+        if (vulkan == nullptr) GTEST_SKIP() << "the vulkan backend is not built";
+        const std::string opened = open_with(vulkan->iface, {{"precision", "fast"}});
+        if (opened.find("needs subgroup shuffles") != std::string::npos || opened.find("no Vulkan") != std::string::npos)
+            GTEST_SKIP() << opened;
+        ASSERT_EQ(opened, "");
+    }
+};
+
+// |got - want| <= 1e-5 of the sum of the terms' magnitudes (plus 1e-6): float sums of a few thousand terms stay
+// far inside, while a wrong element, scale or min moves a result by a whole term.
+void expect_within_terms(const std::vector<float>& got, const std::vector<double>& want, const std::vector<double>& terms,
+                         const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * terms[i] + 1e-6) << what << " element " << i;
+}
+
+// W x in double with the stored weights' values and the activations rounded as the reference rounds them for
+// the weight type (Q8 blocks, Q8_K blocks, fp16, bf16; fast precision leaves Q8_K unrounded past 8 columns), and
+// the sums of |w x|.
+void float_product(const Weights& w, const std::vector<float>& x_in, int64_t n, std::vector<double>& want, std::vector<double>& terms) {
+    const bool k_quant = w.type == CELLM_TYPE_Q4_K || w.type == CELLM_TYPE_Q5_K || w.type == CELLM_TYPE_Q6_K;
+    std::vector<float> x = x_in;
+    if (!k_quant || n <= 8)
+        for (int64_t c = 0; c < n; ++c) cellm::blocks::round_activations(w.type, x.data() + c * w.k, x.data() + c * w.k, w.k);
+    want.assign(static_cast<size_t>(w.m * n), 0.0);
+    terms.assign(want.size(), 0.0);
+    for (int64_t c = 0; c < n; ++c)
+        for (int64_t r = 0; r < w.m; ++r)
+            for (int64_t i = 0; i < w.k; ++i) {
+                const double t = double(w.values[static_cast<size_t>(r * w.k + i)]) * x[static_cast<size_t>(c * w.k + i)];
+                want[static_cast<size_t>(c * w.m + r)] += t;
+                terms[static_cast<size_t>(c * w.m + r)] += std::fabs(t);
+            }
+}
+
+// Decode shapes (1 to 8 columns, matvec_fast.comp) and prefill shapes (matmul_fast.comp, with tile remainders),
+// every weight type.
+TEST_F(VulkanFast, ProductsFollowTheFloatMath) {
+    unsigned seed = 500;
+    for (int64_t k : {256, 512}) {
+        std::vector<MatmulCase> cases;
+        for (cellm_dtype type : every_weight_type)
+            for (int64_t n : {1, 3, 8, 33, 70}) cases.push_back({type, k, 37, n, seed += 2});
+        clear_graph();
+        std::vector<int32_t> outputs;
+        for (const MatmulCase& c : cases) outputs.push_back(c.add_to(*this));
+        ASSERT_EQ(prepare(outputs), "");
+        ASSERT_EQ(execute({}), "");
+        for (size_t i = 0; i < cases.size(); ++i) {
+            SCOPED_TRACE(cases[i].label());
+            std::vector<double> want, terms;
+            float_product(cases[i].weights(), cases[i].x(), cases[i].n, want, terms);
+            expect_within_terms(results[i], want, terms, "matmul");
+        }
+    }
+}
+
+// A transformer block's products as fast precision folds them: an RMS_NORM read by three products (Q, K, V) and
+// by a gate and up pair whose GLU becomes one dispatch, a down product with its residual ADD, for decode and a
+// small prefill, SwiGLU and GEGLU.
+TEST_F(VulkanFast, FoldedNormGluAndResidualFollowTheFloatMath) {
+    const int64_t d = 512, ff = 256, qd = 128;
+    const float eps = 1e-5f;
+    unsigned seed = 700;
+    for (int64_t n : {1, 2, 20})
+        for (int32_t act : {0, 1}) {
+            SCOPED_TRACE("n " + std::to_string(n) + ", act " + std::to_string(act));
+            clear_graph();
+            const std::vector<float> x = random_floats(static_cast<size_t>(d * n), seed++, 2.0f);
+            const std::vector<float> nw = random_floats(static_cast<size_t>(d), seed++);
+            const Weights wq = make_weights(CELLM_TYPE_Q4_1, d, qd, seed++), wg = make_weights(CELLM_TYPE_Q8_0, d, ff, seed++),
+                          wu = make_weights(CELLM_TYPE_Q8_0, d, ff, seed++), wd = make_weights(CELLM_TYPE_Q4_K, ff, d, seed++);
+            const int32_t xn = f32_weight(x, d, n), nwn = f32_weight(nw, d, 1);
+            const int32_t normed = add(CELLM_OP_RMS_NORM, CELLM_TYPE_F32, {d, n}, {xn, nwn}, {}, {eps});
+            const int32_t q = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {qd, n}, {weight(wq), normed});
+            const int32_t k = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {qd, n}, {weight(wq), normed});
+            const int32_t g = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {ff, n}, {weight(wg), normed});
+            const int32_t u = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {ff, n}, {weight(wu), normed});
+            const int32_t glu = add(CELLM_OP_GLU, CELLM_TYPE_F32, {ff, n}, {g, u}, {act});
+            const int32_t down = add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {d, n}, {weight(wd), glu});
+            const int32_t sum = add(CELLM_OP_ADD, CELLM_TYPE_F32, {d, n}, {xn, down});
+            ASSERT_EQ(prepare({q, k, sum}), "");
+            ASSERT_EQ(execute({}), "");
+
+            std::vector<float> y(x.size());
+            for (int64_t c = 0; c < n; ++c) {
+                double ss = 0;
+                for (int64_t i = 0; i < d; ++i) ss += double(x[size_t(c * d + i)]) * x[size_t(c * d + i)];
+                const double inv = 1.0 / std::sqrt(ss / double(d) + eps);
+                for (int64_t i = 0; i < d; ++i) y[size_t(c * d + i)] = float(x[size_t(c * d + i)] * inv * nw[size_t(i)]);
+            }
+            std::vector<double> want, terms, gate, gate_terms, up, up_terms;
+            float_product(wq, y, n, want, terms);
+            expect_within_terms(results[0], want, terms, "q");
+            expect_within_terms(results[1], want, terms, "k");
+            float_product(wg, y, n, gate, gate_terms);
+            float_product(wu, y, n, up, up_terms);
+            std::vector<float> h(gate.size());
+            for (size_t i = 0; i < h.size(); ++i) {
+                const double z = gate[i];
+                const double a = act == 0 ? z / (1 + std::exp(-z))
+                                          : 0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
+                h[i] = float(a * up[i]);
+            }
+            float_product(wd, h, n, want, terms);
+            for (size_t i = 0; i < want.size(); ++i) {
+                want[i] += x[i];
+                terms[i] += std::fabs(x[i]);
+            }
+            // The GLU's inputs carry their own float error into the down product: allow a term's worth of slack
+            // at 1e-4 for them, still far below a wrong element.
+            for (size_t i = 0; i < want.size(); ++i) terms[i] *= 10;
+            expect_within_terms(results[2], want, terms, "down + residual");
+        }
+}
+
+// Paged causal attention against the softmax in double over the pools' values: decode steps, whose keys are split
+// into chunks and merged (flash-decoding), and a prefill batch of two sequences; head_dim 64, 128 and 256; F16 and
+// F32 pools; GQA, a sliding window and a soft-cap.
+TEST_F(VulkanFast, AttentionFollowsTheSoftmaxMath) {
+    const int32_t n_head = 4, n_kv = 2, bs = 16, max_blocks = 8, n_blocks = 20, n_slots = n_blocks * bs;
+    unsigned seed = 900;
+    for (int32_t hd : {64, 128, 256})
+        for (bool decode : {true, false})
+            for (int variant = 0; variant < 2; ++variant) {
+                const int32_t window = variant == 1 ? 40 : 0;
+                const float scale = 1.0f / std::sqrt(float(hd)), cap = variant == 1 ? 3.0f : 0.0f;
+                const cellm_dtype k_type = variant == 0 ? CELLM_TYPE_F16 : CELLM_TYPE_F32;
+                const cellm_dtype v_type = variant == 0 ? CELLM_TYPE_F32 : CELLM_TYPE_F16;
+                SCOPED_TRACE("head_dim " + std::to_string(hd) + (decode ? ", decode" : ", prefill") + ", variant " + std::to_string(variant));
+                clear_graph();
+                const int32_t kv_dim = n_kv * hd;
+                std::vector<int32_t> table(size_t(2) * max_blocks);
+                for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7 + 3) % n_blocks);
+                auto slot_of = [&](int r, int j) { return table[size_t(r * max_blocks + j / bs)] * bs + j % bs; };
+                // Two sequences; decode: one token each at positions 100 and 37; prefill: 20 tokens, 12 of sequence 0
+                // and 8 of sequence 1, so that one workgroup's rows take two turns.
+                std::vector<int32_t> seq, pos;
+                if (decode) {
+                    seq = {0, 1};
+                    pos = {100, 37};
+                } else {
+                    for (int32_t p = 60; p < 72; ++p) {
+                        seq.push_back(0);
+                        pos.push_back(p);
+                    }
+                    for (int32_t p = 30; p < 38; ++p) {
+                        seq.push_back(1);
+                        pos.push_back(p);
+                    }
+                }
+                const auto nt = static_cast<int32_t>(seq.size());
+                // Pool contents as stored (the values the reference reads), random.
+                const std::vector<float> k_all = random_floats(size_t(n_slots) * kv_dim, seed++, 2.0f);
+                const std::vector<float> v_all = random_floats(size_t(n_slots) * kv_dim, seed++);
+                std::vector<uint16_t> k_half(k_all.size()), v_half(v_all.size());
+                std::vector<float> k_ref(k_all), v_ref(v_all);
+                for (size_t i = 0; i < k_all.size(); ++i) {
+                    k_half[i] = cellm::blocks::fp32_to_fp16(k_all[i]);
+                    v_half[i] = cellm::blocks::fp32_to_fp16(v_all[i]);
+                    if (k_type == CELLM_TYPE_F16) k_ref[i] = cellm::blocks::fp16_to_fp32(k_half[i]);
+                    if (v_type == CELLM_TYPE_F16) v_ref[i] = cellm::blocks::fp16_to_fp32(v_half[i]);
+                }
+                const int32_t kc = leaf(CELLM_OP_KV_CACHE, k_type, kv_dim, n_slots,
+                                        k_type == CELLM_TYPE_F16 ? static_cast<const void*>(k_half.data()) : k_all.data());
+                const int32_t vc = leaf(CELLM_OP_KV_CACHE, v_type, kv_dim, n_slots,
+                                        v_type == CELLM_TYPE_F16 ? static_cast<const void*>(v_half.data()) : v_all.data());
+                const std::vector<float> q = random_floats(size_t(nt) * n_head * hd, seed++, 2.0f);
+                const int32_t qn = f32_weight(q, hd * n_head, nt);
+                const int32_t qr = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, n_head, nt}, {qn});
+                const int32_t tb = input(CELLM_INPUT_BLOCK_TABLE, {max_blocks, 2});
+                const int32_t sq = input(CELLM_INPUT_TOKEN_SEQ, {nt});
+                const int32_t ps = input(CELLM_INPUT_POSITIONS, {nt});
+                const int32_t at = add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {hd * n_head, nt}, {qr, kc, vc, tb, sq, ps},
+                                       {n_head, n_kv, hd, bs, window}, {scale, cap});
+                ASSERT_EQ(prepare({at}), "");
+                ASSERT_EQ(execute({{tb, table}, {sq, seq}, {ps, pos}}), "");
+
+                std::vector<double> want(size_t(nt) * n_head * hd, 0.0), terms(want.size(), 0.0);
+                for (int t = 0; t < nt; ++t)
+                    for (int h = 0; h < n_head; ++h) {
+                        const int kvh = h / (n_head / n_kv);
+                        std::vector<double> w;
+                        std::vector<int> js;
+                        for (int j = window > 0 ? std::max(0, pos[size_t(t)] - window + 1) : 0; j <= pos[size_t(t)]; ++j) {
+                            double s = 0;
+                            for (int dd = 0; dd < hd; ++dd) {
+                                // q meets an F16 key pool rounded to fp16, as in llama.cpp and the reference.
+                                float qv = q[size_t((t * n_head + h) * hd + dd)];
+                                if (k_type == CELLM_TYPE_F16) qv = cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(qv));
+                                s += double(qv) * k_ref[size_t(slot_of(seq[size_t(t)], j)) * kv_dim + kvh * hd + dd];
+                            }
+                            s *= scale;
+                            if (cap > 0) s = cap * std::tanh(s / cap);
+                            w.push_back(s);
+                            js.push_back(j);
+                        }
+                        double mx = *std::max_element(w.begin(), w.end()), sum = 0;
+                        for (double& x : w) sum += x = std::exp(x - mx);
+                        for (size_t i = 0; i < js.size(); ++i)
+                            for (int dd = 0; dd < hd; ++dd) {
+                                const double term = w[i] / sum * v_ref[size_t(slot_of(seq[size_t(t)], js[i])) * kv_dim + kvh * hd + dd];
+                                want[size_t((t * n_head + h) * hd + dd)] += term;
+                                terms[size_t((t * n_head + h) * hd + dd)] += std::fabs(term);
+                            }
+                    }
+                // Scores pass through exp: their float error (a few ULP of a score of size ~|q||k| scale) is allowed
+                // for as 1e-4 of the weighted values' magnitudes.
+                for (double& t : terms) t *= 10;
+                expect_within_terms(results[0], want, terms, "attention");
+            }
 }
 
 }  // namespace

@@ -78,9 +78,21 @@ const PluginRegistry& registry() {
 Stack make_stack(const fs::path& model, const std::string& backend, EngineOptions options) {
     Stack s;
     s.model = Model::load(registry(), model);
-    const Plugin* plugin = registry().find(CELLM_PLUGIN_BACKEND, backend);
-    if (plugin == nullptr) throw std::runtime_error("backend plugin '" + backend + "' was not built");
-    s.backend = std::make_unique<Backend>(*plugin, OptionList{});
+    // "name:key=value,key=value" passes options to the backend.
+    const size_t colon = backend.find(':');
+    const std::string name = backend.substr(0, colon);
+    OptionList backend_options;
+    for (size_t at = colon; at != std::string::npos && at + 1 < backend.size();) {
+        const size_t end = backend.find(',', at + 1);
+        const std::string pair = backend.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+        const size_t eq = pair.find('=');
+        if (eq == std::string::npos) throw std::runtime_error("backend option '" + pair + "' is not key=value");
+        backend_options.emplace_back(pair.substr(0, eq), pair.substr(eq + 1));
+        at = end;
+    }
+    const Plugin* plugin = registry().find(CELLM_PLUGIN_BACKEND, name);
+    if (plugin == nullptr) throw std::runtime_error("backend plugin '" + name + "' was not built");
+    s.backend = std::make_unique<Backend>(*plugin, backend_options);
     s.engine = std::make_unique<Engine>(*s.model, *s.backend, options);
     return s;
 }

@@ -36,6 +36,7 @@ struct Stack {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Engine> engine;
 };
+// `backend` is a plugin name, optionally with options: "vulkan:precision=fast".
 Stack make_stack(const std::filesystem::path& model, const std::string& backend = "scalar", EngineOptions options = {});
 
 struct CommandResult {

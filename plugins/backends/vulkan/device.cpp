@@ -80,6 +80,12 @@ DeviceSummary summarize(const Vk& vk, VkPhysicalDevice physical) {
     features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     features.pNext = &v12;
     vk.vkGetPhysicalDeviceFeatures2(physical, &features);
+    VkPhysicalDeviceSubgroupProperties subgroup{};
+    subgroup.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES;
+    VkPhysicalDeviceProperties2 props2{};
+    props2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
+    props2.pNext = &subgroup;
+    vk.vkGetPhysicalDeviceProperties2(physical, &props2);
     VkPhysicalDeviceMemoryProperties memory{};
     vk.vkGetPhysicalDeviceMemoryProperties(physical, &memory);
 
@@ -92,6 +98,9 @@ DeviceSummary summarize(const Vk& vk, VkPhysicalDevice physical) {
     s.max_shared = props.limits.maxComputeSharedMemorySize;
     s.max_push = props.limits.maxPushConstantsSize;
     s.float64 = features.features.shaderFloat64 == VK_TRUE;
+    s.shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
+                (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 && subgroup.subgroupSize >= 4;
+    s.cpu = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     if (props.apiVersion < VK_API_VERSION_1_2) s.unusable = "needs Vulkan 1.2";
     else if (!v12.bufferDeviceAddress) s.unusable = "no bufferDeviceAddress";
     else if (!v12.scalarBlockLayout) s.unusable = "no scalarBlockLayout";
@@ -110,7 +119,7 @@ std::vector<DeviceSummary> list_devices() {
     return out;
 }
 
-Device::Device(const std::string& selector) {
+Device::Device(const std::string& selector, const std::string& precision) {
     Instance instance;
     const std::vector<VkPhysicalDevice> all = instance.devices();
     if (all.empty()) throw Failure(CELLM_ERR_UNSUPPORTED, "vulkan: no Vulkan device found");
@@ -163,6 +172,11 @@ Device::Device(const std::string& selector) {
     v12.bufferDeviceAddress = VK_TRUE;
     v12.scalarBlockLayout = VK_TRUE;
     exact = summaries[chosen].float64;
+    const DeviceSummary& chosen_summary = summaries[chosen];
+    if (precision == "fast" && !chosen_summary.shuffle)
+        throw Failure(CELLM_ERR_UNSUPPORTED, "vulkan: precision \"fast\" needs subgroup shuffles in compute shaders, which " +
+                                                 name + " lacks");
+    fast = precision == "fast" || (precision.empty() && chosen_summary.shuffle && !chosen_summary.cpu);
     VkPhysicalDeviceFeatures2 features{};
     features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     features.pNext = &v12;
@@ -237,7 +251,7 @@ uint32_t Device::memory_type(uint32_t allowed, bool host_visible) const {
 
 VkPipeline Device::pipeline(const std::string& shader) {
     if (auto it = pipelines_.find(shader); it != pipelines_.end()) return it->second;
-    const ShaderCode* code = find_shader(exact ? shader : shader + ".f32");
+    const ShaderCode* code = find_shader(exact && !fast ? shader : shader + ".f32");
     if (code == nullptr) throw Failure(CELLM_ERR_INTERNAL, "vulkan: no shader " + shader);
     VkShaderModuleCreateInfo module_info{};
     module_info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;

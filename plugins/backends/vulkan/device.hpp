@@ -19,6 +19,8 @@ struct DeviceSummary {
     uint32_t api = 0;
     uint32_t max_shared = 0, max_push = 0;
     bool float64 = false;           // shaderFloat64: the shaders can follow the reference's arithmetic exactly
+    bool shuffle = false;           // subgroup shuffles in compute shaders, which precision "fast" needs
+    bool cpu = false;               // a CPU implementation (lavapipe)
     std::string unusable;           // why cellm cannot use it, empty when it can
 };
 
@@ -52,7 +54,8 @@ class Device {
 public:
     // `selector`: "" for the first usable device (a discrete GPU first), a decimal index into list_devices(), or a
     // part of a device's name. Throws plugin::Failure with one line naming what was found.
-    explicit Device(const std::string& selector);
+    // `precision`: "exact", "fast" or "" for the device's default (fast on a GPU that can, exact otherwise).
+    Device(const std::string& selector, const std::string& precision);
     ~Device();
     Device(const Device&) = delete;
     Device& operator=(const Device&) = delete;
@@ -65,6 +68,7 @@ public:
     std::string name;
     uint64_t memory = 0;
     bool exact = false;          // shaders run with EXACT (common.glsl): the device has shaderFloat64
+    bool fast = false;           // precision "fast": the fast kernels, and every other shader's ".f32" variant
     float timestamp_period = 0;  // nanoseconds per timestamp tick; 0 when the queue has no timestamps
 
     uint32_t memory_type(uint32_t allowed, bool host_visible) const;

@@ -13,6 +13,7 @@ namespace cellm::vulkan {
 #define CELLM_VK_INSTANCE_FUNCTIONS(X)                                                                                 \
     X(vkDestroyInstance) X(vkEnumeratePhysicalDevices) X(vkGetPhysicalDeviceProperties)                             \
     X(vkGetPhysicalDeviceQueueFamilyProperties) X(vkGetPhysicalDeviceMemoryProperties) X(vkGetPhysicalDeviceFeatures2) \
+    X(vkGetPhysicalDeviceProperties2)                                                                                  \
     X(vkCreateDevice) X(vkGetDeviceProcAddr)
 #define CELLM_VK_DEVICE_FUNCTIONS(X)                                                                                   \
     X(vkDestroyDevice) X(vkGetDeviceQueue) X(vkCreateBuffer) X(vkDestroyBuffer) X(vkGetBufferMemoryRequirements)      \

@@ -55,6 +55,16 @@ int rounding(cellm_dtype type) {
 }
 int64_t rounding_span(int r) { return r == 3 ? 256 : r == 1 || r == 2 ? 32 : 1; }
 
+// Precision "fast": attention_fast.comp takes F32 and F16 pools and head_dim 64, 128 or 256.
+bool fast_attention(const Node& n, const std::vector<Node>& nodes) {
+    const auto type = [&](int k) { return nodes[static_cast<size_t>(n.src[static_cast<size_t>(k)])].type; };
+    const int32_t head_dim = n.iparams[2];
+    const int64_t kv_dim = nodes[static_cast<size_t>(n.src[1])].ne[0];
+    return (head_dim == 64 || head_dim == 128 || head_dim == 256) && kv_dim <= 4096 &&
+           (type(1) == CELLM_TYPE_F16 || type(1) == CELLM_TYPE_F32) &&
+           (type(2) == CELLM_TYPE_F16 || type(2) == CELLM_TYPE_F32);
+}
+
 // Bytes [begin, end) of device memory, for placing barriers.
 struct Range {
     VkDeviceAddress begin, end;
@@ -148,7 +158,24 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         ropes_.push_back(r);
     }
 
-    arena_ = Allocation(device_, angles_offset_ + std::max<uint64_t>(angles, alignment), false);
+    // Precision "fast": the key chunks' partial results of split attention (attention_fast.comp), after the angles.
+    const bool fast = device_.fast;
+    std::vector<uint32_t> chunks_of(nodes.size(), 1), chunk_keys(nodes.size(), 0);
+    uint64_t partials = 0;
+    for (size_t i = 0; fast && i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        if (n.op != CELLM_OP_ATTENTION || !fast_attention(n, nodes)) continue;
+        const int64_t n_tokens = node(n.src[0]).ne[2], context = node(n.src[3]).ne[0] * n.iparams[3];
+        if (n_tokens > 8) continue;  // prefill has rows enough to fill the device
+        uint32_t chunk = 64;
+        while ((context + chunk - 1) / chunk > 32) chunk *= 2;
+        chunk_keys[i] = chunk;
+        chunks_of[i] = static_cast<uint32_t>((context + chunk - 1) / chunk);
+        partials = std::max<uint64_t>(partials, static_cast<uint64_t>(n.iparams[0] * n_tokens) * chunks_of[i] *
+                                                    static_cast<uint64_t>(n.iparams[2] + 2) * 4);
+    }
+    partials_offset_ = angles_offset_ + aligned(angles);
+    arena_ = Allocation(device_, partials_offset_ + std::max<uint64_t>(partials, alignment), false);
     staging_ = Allocation(device_, std::max<uint64_t>(staging, alignment), true);
     readback_ = Allocation(device_, std::max<uint64_t>(readback, alignment), true);
 
@@ -171,6 +198,88 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             if (s >= 0) ++uses[static_cast<size_t>(s)];
     for (int32_t o : graph_.outputs) is_output[static_cast<size_t>(o)] = true;
 
+    // An ADD right after a product, its only reader, is done by the product: out = W x + other. The ADD's output
+    // must not overlap what the product reads, except `other` itself in place (each output element is read from
+    // it and written by one invocation). Returns `other`, or -1.
+    const auto fusable_add = [&](size_t j, const std::vector<Range>& product_reads) -> int32_t {
+        if (j + 1 >= nodes.size() || uses[j] != 1 || nodes[j + 1].op != CELLM_OP_ADD || is_output[j]) return -1;
+        const auto i = static_cast<int32_t>(j);
+        const Node& add = nodes[j + 1];
+        const int32_t other = add.src[0] == i ? add.src[1] : add.src[1] == i ? add.src[0] : -1;
+        if (other < 0 || other >= i || node(other).ne != nodes[j].ne) return -1;
+        const Range out = range(i + 1), residual = range(other);
+        if (out.overlaps(residual) && (out.begin != residual.begin || out.end != residual.end)) return -1;
+        for (const Range& r : product_reads)
+            if (out.overlaps(r)) return -1;
+        fused_add[j + 1] = true;
+        return other;
+    };
+
+    // Precision "fast" folds more into a product of at most 8 columns (matvec_fast.comp): the GLU of two such
+    // products of one input, and an RMS_NORM whose readers are all such products. The folded nodes get no
+    // dispatch; the product reads the norm's input at its own place in the order, so nothing between may
+    // overwrite that memory (the arena reuses it after the norm, its last reader in the graph).
+    std::vector<int32_t> norm_of(nodes.size(), -1);  // MATMUL -> the RMS_NORM it folds in
+    std::vector<bool> folded(nodes.size(), false), glu_product(nodes.size(), false);
+    const auto vector_product = [&](size_t j) {
+        const Node& m = nodes[j];
+        return fast && m.op == CELLM_OP_MATMUL && node(m.src[1]).rows() <= 8 && node(m.src[0]).ne[0] % 8 == 0;
+    };
+    const auto written_between = [&](size_t from, size_t to, const Range& r) {
+        for (size_t j = from + 1; j <= to; ++j) {
+            const cellm_op op = nodes[j].op;
+            if (op == CELLM_OP_WEIGHT || op == CELLM_OP_INPUT || op == CELLM_OP_KV_CACHE || op == CELLM_OP_RESHAPE) continue;
+            if (range(static_cast<int32_t>(j)).overlaps(r)) return true;
+        }
+        return false;
+    };
+    std::vector<std::vector<size_t>> readers(nodes.size());
+    for (size_t j = 0; j < nodes.size(); ++j)
+        for (int32_t s : nodes[j].src)
+            if (s >= 0) readers[static_cast<size_t>(s)].push_back(j);
+    std::vector<size_t> read_at(nodes.size());  // where a product's dispatch runs: its own place or its GLU's
+    for (size_t j = 0; j < nodes.size(); ++j) read_at[j] = j;
+    for (size_t g = 0; fast && g < nodes.size(); ++g) {
+        const Node& n = nodes[g];
+        if (n.op != CELLM_OP_GLU || (n.iparams[0] != 0 && n.iparams[0] != 1) || n.src[0] == n.src[1]) continue;
+        const auto gate = static_cast<size_t>(n.src[0]), up = static_cast<size_t>(n.src[1]);
+        if (!vector_product(gate) || !vector_product(up) || uses[gate] != 1 || uses[up] != 1 || is_output[gate] ||
+            is_output[up])
+            continue;
+        const Node &wg = node(nodes[gate].src[0]), &wu = node(nodes[up].src[0]);
+        if (nodes[gate].src[1] != nodes[up].src[1] || wg.type != wu.type || wg.ne != wu.ne) continue;
+        folded[gate] = folded[up] = true;
+        glu_product[g] = true;
+        read_at[gate] = read_at[up] = g;
+    }
+    for (size_t r = 0; fast && r < nodes.size(); ++r) {
+        const Node& n = nodes[r];
+        if (n.op != CELLM_OP_RMS_NORM || n.src[1] < 0 || is_output[r] || readers[r].empty() ||
+            node(n.src[1]).nelements() != n.ne[0])
+            continue;
+        size_t last = r;
+        bool all = true;
+        for (size_t c : readers[r]) {
+            all = all && vector_product(c) && nodes[c].src[1] == static_cast<int32_t>(r) && nodes[c].src[0] != static_cast<int32_t>(r);
+            last = std::max(last, read_at[c]);
+        }
+        if (!all || written_between(r, last, range(n.src[0]))) continue;
+        folded[r] = true;
+        for (size_t c : readers[r]) norm_of[c] = static_cast<int32_t>(r);
+    }
+    // A GLU's dispatch reads its products' input (or their norm's) later than they would have: unfold it where
+    // something in between may overwrite that memory. Its products then run in their places, which the norm's
+    // check above covered too.
+    for (size_t g = 0; g < nodes.size(); ++g) {
+        if (!glu_product[g]) continue;
+        const auto gate = static_cast<size_t>(nodes[g].src[0]), up = static_cast<size_t>(nodes[g].src[1]);
+        const int32_t norm = norm_of[gate], xin = norm >= 0 ? nodes[static_cast<size_t>(norm)].src[0] : nodes[gate].src[1];
+        if (!written_between(std::min(gate, up), g, range(xin))) continue;
+        glu_product[g] = folded[gate] = folded[up] = false;
+        read_at[gate] = gate;
+        read_at[up] = up;
+    }
+
     for (size_t idx = 0; idx < nodes.size(); ++idx) {
         const auto i = static_cast<int32_t>(idx);
         const Node& n = nodes[idx];
@@ -190,9 +299,37 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             break;
         }
         case CELLM_OP_MATMUL: {
+            if (folded[idx]) continue;  // done by its GLU's dispatch
             const Node& w = node(src(0));
             const Node& x = node(src(1));
             const int64_t k = w.ne[0], m = w.ne[1], cols = x.rows();
+            if (fast && k % 8 == 0) {
+                const int32_t norm = norm_of[idx], xin = norm >= 0 ? node(norm).src[0] : src(1);
+                std::vector<Range> reads_of{range(src(0)), range(xin)};
+                if (norm >= 0) reads_of.push_back(range(node(norm).src[1]));
+                const int32_t residual = fusable_add(idx, reads_of);
+                const int32_t target = residual >= 0 ? i + 1 : i;
+                const VkDeviceAddress out = address(target), add = residual >= 0 ? address(residual) : out;
+                if (residual >= 0) {
+                    reads_of.push_back(range(residual));
+                    d.kind = "MATMUL+ADD";
+                }
+                if (cols <= 8) {
+                    d.shader = "matvec_fast_" + std::to_string(w.type);
+                    p << address(src(0)) << address(src(0)) << address(xin)
+                      << (norm >= 0 ? address(node(norm).src[1]) : address(xin)) << out << add << u32(k) << u32(m)
+                      << u32(cols) << ((residual >= 0 ? 1u : 0u) | (norm >= 0 ? 2u : 0u))
+                      << (norm >= 0 ? node(norm).fparams[0] : 0.0f);
+                    d.groups = grid(static_cast<uint64_t>(m), 4);
+                } else {
+                    d.shader = "matmul_fast_" + std::to_string(w.type);
+                    p << address(src(0)) << address(xin) << out << add << u32(k) << u32(m) << u32(cols)
+                      << uint32_t{residual >= 0 ? 1u : 0u};
+                    d.groups = {u32((m + 63) / 64), u32((cols + 63) / 64), 1};
+                }
+                emit(d, reads_of, {range(target)});
+                break;
+            }
             const int r = rounding(w.type);
             if (k % rounding_span(r) != 0) fail(i, CELLM_ERR_UNSUPPORTED, "row length not a multiple of the rounding block");
             // A single column rounds itself inside the product (decode); more go through the rounding dispatch,
@@ -213,20 +350,9 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                 emit(rd, {range(src(1))}, {xr});
                 rounded = {src(1), r};
             }
-            // An ADD right after the product, its only reader, is done by the product: out = W x + other.
-            int32_t target = i, residual = -1;
-            if (idx + 1 < nodes.size() && uses[idx] == 1 && nodes[idx + 1].op == CELLM_OP_ADD && !is_output[idx]) {
-                const Node& add = nodes[idx + 1];
-                const int32_t other = add.src[0] == i ? add.src[1] : add.src[1] == i ? add.src[0] : -1;
-                const Range out{address(i + 1), address(i + 1) + add.bytes};
-                if (other >= 0 && other < i && node(other).ne == n.ne && !out.overlaps(range(src(1))) &&
-                    !out.overlaps(range(other))) {
-                    target = i + 1;
-                    residual = other;
-                    fused_add[idx + 1] = true;
-                    d.kind = "MATMUL+ADD";
-                }
-            }
+            const int32_t residual = fusable_add(idx, {range(src(1))});
+            const int32_t target = residual >= 0 ? i + 1 : i;
+            if (residual >= 0) d.kind = "MATMUL+ADD";
             const bool tiled = cols > 8;
             const bool rounded_x = r != 0 && !fused_rounding;
             const VkDeviceAddress out = address(target), add = residual >= 0 ? address(residual) : out;
@@ -248,6 +374,22 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_SILU: case CELLM_OP_GELU:
         case CELLM_OP_TANH: case CELLM_OP_GLU: {
             if (fused_add[idx]) continue;  // done by the product before it
+            if (glu_product[idx]) {
+                const Node& gate = node(src(0));
+                const Node& w = node(gate.src[0]);
+                const int32_t norm = norm_of[static_cast<size_t>(src(0))], xin = norm >= 0 ? node(norm).src[0] : gate.src[1];
+                d.kind = "MATMUL+GLU";
+                d.shader = "matvec_fast_" + std::to_string(w.type);
+                p << address(gate.src[0]) << address(node(src(1)).src[0]) << address(xin)
+                  << (norm >= 0 ? address(node(norm).src[1]) : address(xin)) << address(i) << address(i)
+                  << u32(w.ne[0]) << u32(w.ne[1]) << u32(node(xin).rows())
+                  << ((norm >= 0 ? 2u : 0u) | 4u | (n.iparams[0] == 1 ? 8u : 0u)) << (norm >= 0 ? node(norm).fparams[0] : 0.0f);
+                d.groups = grid(static_cast<uint64_t>(w.ne[1]), 4);
+                std::vector<Range> r{range(gate.src[0]), range(node(src(1)).src[0]), range(xin)};
+                if (norm >= 0) r.push_back(range(node(norm).src[1]));
+                emit(d, r, {range(i)});
+                break;
+            }
             uint32_t op = 0;
             switch (n.op) {
             case CELLM_OP_ADD: op = 0; break;
@@ -271,6 +413,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             break;
         }
         case CELLM_OP_RMS_NORM: {
+            if (folded[idx]) continue;  // done by the products that read it
             const bool weighted = src(1) >= 0;
             d.shader = "rms_norm";
             p << address(src(0)) << (weighted ? address(src(1)) : address(src(0))) << address(i);
@@ -318,6 +461,36 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             const Node& q = node(src(0));
             const Node& kp = node(src(1));
             const Node& vp = node(src(2));
+            if (fast && fast_attention(n, nodes)) {
+                const uint32_t chunks = chunks_of[idx], head_dim = u32(n.iparams[2]);
+                const bool by_token = q.ne[2] <= 8;
+                const uint64_t rows = static_cast<uint64_t>(n.iparams[0]) * static_cast<uint64_t>(q.ne[2]);
+                const VkDeviceAddress partial = arena_.address + partials_offset_;
+                const Range partial_range{partial, partial + rows * chunks * (head_dim + 2) * 4};
+                d.shader = "attention_fast_" + std::to_string(head_dim / 4);
+                p << address(src(0)) << address(src(1)) << address(src(2)) << address(src(3)) << address(src(4))
+                  << address(src(5)) << (chunks > 1 ? partial : address(i));
+                p << u32(n.iparams[0]) << u32(n.iparams[0] / n.iparams[1]) << u32(n.iparams[3]) << u32(n.iparams[4])
+                  << u32(node(src(3)).ne[0]) << u32(kp.ne[0]) << u32(kp.type) << u32(vp.type) << u32(q.ne[2])
+                  << chunk_keys[idx] << chunks << uint32_t{by_token ? 1u : 0u} << n.fparams[0] << n.fparams[1];
+                // Decode: a workgroup per token and 16 heads; prefill: per head and 16 tokens.
+                const uint64_t n_head = static_cast<uint64_t>(n.iparams[0]), n_tokens = static_cast<uint64_t>(q.ne[2]);
+                d.groups = by_token ? grid(n_tokens * ((n_head + 15) / 16)) : grid(n_head * ((n_tokens + 15) / 16));
+                d.groups[2] = chunks;
+                std::vector<Range> r;
+                for (int k = 0; k < 6; ++k) r.push_back(range(src(k)));
+                emit(d, r, {chunks > 1 ? partial_range : range(i)});
+                if (chunks > 1) {
+                    Dispatch c;
+                    c.kind = "ATTENTION";
+                    c.shader = "attention_combine";
+                    Push cp{c};
+                    cp << partial << address(i) << head_dim << u32(n.iparams[0]) << u32(q.ne[2]) << chunks;
+                    c.groups = grid(rows * head_dim, 256);
+                    emit(c, {partial_range}, {range(i)});
+                }
+                break;
+            }
             d.shader = "attention";
             p << address(src(0)) << address(src(1)) << address(src(2)) << address(src(3)) << address(src(4))
               << address(src(5)) << (src(6) >= 0 ? address(src(6)) : address(src(1)))

@@ -69,7 +69,7 @@ private:
     std::vector<Dispatch> dispatches_;
     std::vector<bool> barrier_before_;  // per dispatch
     std::vector<RopeAngles> ropes_;
-    uint64_t arena_size_ = 0, scratch_offset_ = 0, angles_offset_ = 0;
+    uint64_t arena_size_ = 0, scratch_offset_ = 0, angles_offset_ = 0, partials_offset_ = 0;
     std::vector<uint64_t> staging_offset_;   // per node: where an INPUT node's data sits in the staging buffer
     std::vector<uint64_t> readback_offset_;  // per node: where a graph output lands in the readback buffer
     Allocation arena_, staging_, readback_;

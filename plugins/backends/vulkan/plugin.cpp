@@ -1,6 +1,7 @@
 // The "vulkan" backend: weights and KV pools in device memory in their stored (quantized) form, every op a
 // GLSL compute shader (shaders/), each prepared step recorded once into one command buffer and submitted once
-// per execute. Options: device (index or part of the name), profile (1: GPU time per op kind when a plan is freed),
+// per execute. Options: device (index or part of the name), precision ("exact": the reference's order, bit for bit;
+// "fast": docs/vulkan.md; default fast on GPUs), profile (1: GPU time per op kind when a plan is freed),
 // threads (accepted for manifests shared with CPU backends; a GPU does not use it).
 #include "device.hpp"
 #include "plan.hpp"
@@ -46,13 +47,17 @@ cellm_status* create(const cellm_option* options, size_t n_options, cellm_backen
     return guard([&]() -> cellm_status* {
         if (out == nullptr || (n_options > 0 && options == nullptr))
             return error(CELLM_ERR_INVALID_ARGUMENT, prefix + "create needs an output pointer and options");
-        std::string selector;
+        std::string selector, precision;
         bool profile = false;
         for (size_t i = 0; i < n_options; ++i) {
             const std::string key = options[i].key != nullptr ? options[i].key : "";
             const std::string value = options[i].value != nullptr ? options[i].value : "";
             if (key == "device") {
                 selector = value;
+            } else if (key == "precision") {
+                if (value != "exact" && value != "fast")
+                    return error(CELLM_ERR_INVALID_ARGUMENT, prefix + "option 'precision' must be \"exact\" or \"fast\", got '" + value + "'");
+                precision = value;
             } else if (key == "profile") {
                 if (value != "0" && value != "1" && value != "true" && value != "false")
                     return error(CELLM_ERR_INVALID_ARGUMENT, prefix + "option 'profile' must be 0 or 1, got '" + value + "'");
@@ -68,7 +73,7 @@ cellm_status* create(const cellm_option* options, size_t n_options, cellm_backen
             }
         }
         auto backend = std::make_unique<cellm_backend>();
-        backend->device = std::make_unique<Device>(selector);
+        backend->device = std::make_unique<Device>(selector, precision);
         backend->profile = profile;
         *out = backend.release();
         return nullptr;
@@ -219,6 +224,7 @@ void describe(void (*emit)(void* user, const char* line), void* user) {
           << VK_API_VERSION_MINOR(d.api) << "." << VK_API_VERSION_PATCH(d.api) << ", " << (d.memory >> 20)
           << " MiB device memory, " << d.max_shared / 1024 << " KiB shared memory, " << d.max_push
           << " B push constants, " << (d.float64 ? "float64: the reference's arithmetic" : "no float64: approximate division and exp")
+          << ", precision " << (d.shuffle && !d.cpu ? "fast by default" : d.shuffle ? "exact by default, fast possible" : "exact only")
           << ")" << (d.unusable.empty() ? "" : " unusable: " + d.unusable);
         emit(user, s.str().c_str());
     }
