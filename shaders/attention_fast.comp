@@ -11,33 +11,58 @@
 // a time, loaded by the whole workgroup and read by every row of the tile's sequence:
 //  - by_token 1 (decode): a workgroup's rows are the heads of one token, and a tile holds every KV head;
 //  - by_token 0 (prefill): its rows are 16 consecutive tokens of one head, and a tile holds that head's KV head.
-// Rows of several sequences take turns, one sequence per pass. Keys may also be split into chunks along the
-// grid's z (flash-decoding): with one chunk the rows are written out directly; with more, each chunk writes its
+// Rows of several sequences take turns, one sequence per pass. A row's keys may also be split into equal chunks
+// along the grid's z (flash-decoding, for decode): with one chunk the rows are written out directly; with more, each chunk writes its
 // maximum, its sum of exponentials and its unnormalised output, and attention_combine.comp merges them. The block
 // table, sequence rows and positions were checked on the host.
 #include "common.glsl"
 
 const uint THREADS = 64u, PARTS = 4u, ROWS = THREADS / PARTS, TILE_FLOATS = 4096u, NONE = 0xFFFFFFFFu;
 layout(local_size_x = 64) in;
+// Pools are read 16 bytes at a time: their rows and head offsets are multiples of 16 bytes (the plan checks).
+layout(buffer_reference, std430, buffer_reference_align = 16) buffer Quads { uvec4 q[]; };
 layout(push_constant, scalar) uniform Push {
     Floats q;        // [head_dim, n_head, n_tokens]
-    Words k_pool;    // [kv_dim, n_slots]
-    Words v_pool;
+    Quads k_pool;    // [kv_dim, n_slots]
+    Quads v_pool;
     Ints table;      // [max_blocks, n_seqs]
     Ints seqs;       // [n_tokens]
     Ints positions;  // [n_tokens]
     Floats out_;     // [head_dim * n_head, n_tokens], or the chunks' partials: [head_dim + 2, rows, chunks]
-    uint n_head, group, block_size, window, max_blocks, kv_dim, k_type, v_type, n_tokens, chunk, chunks, by_token;
+    uint n_head, group, block_size, window, max_blocks, kv_dim, k_type, v_type, n_tokens, chunks, by_token;
     float scale, softcap;
 } pc;
 
 const uint HEAD_DIM = PARTS * DIMS;
 shared float ks[TILE_FLOATS], vs[TILE_FLOATS];
+shared uint tile_slot[TILE_FLOATS / 64u];  // a tile holds at most 4096 / 64 keys
 shared uint pass_seq, pass_first, pass_last;
 
-float pool_value(Words pool, uint type, uint at) {
-    return type == T_F32 ? uintBitsToFloat(pool.w[at]) : half_at(pool, 2u * at);
-}
+// Keys [0, n) of the tile from POOL (of TYPE) into DEST as floats: 16-byte loads, four issued before any is used.
+#define LOAD_TILE(POOL, TYPE, DEST)                                                                         \
+    {                                                                                                       \
+        const uint per = TYPE == T_F16 ? 8u : 4u, quads = tile_width / per, total = n * quads;              \
+        const uint row_quads = pc.kv_dim / per, first_quad = tile_first / per;                              \
+        for (uint e0 = tid; e0 < total; e0 += 4u * THREADS) {                                               \
+            uvec4 got[4];                                                                                   \
+            for (uint u = 0u; u < 4u; ++u) {                                                                \
+                const uint e = min(e0 + u * THREADS, total - 1u);                                           \
+                got[u] = POOL.q[tile_slot[e / quads] * row_quads + first_quad + e % quads];                \
+            }                                                                                               \
+            for (uint u = 0u; u < 4u && e0 + u * THREADS < total; ++u) {                                    \
+                const uint e = e0 + u * THREADS, at = e / quads * tile_width + e % quads * per;             \
+                for (uint w = 0u; w < 4u; ++w) {                                                            \
+                    if (TYPE == T_F16) {                                                                    \
+                        const vec2 pair = unpackHalf2x16(got[u][w]);                                        \
+                        DEST[at + 2u * w] = pair.x;                                                         \
+                        DEST[at + 2u * w + 1u] = pair.y;                                                    \
+                    } else {                                                                                \
+                        DEST[at + w] = uintBitsToFloat(got[u][w]);                                          \
+                    }                                                                                       \
+                }                                                                                           \
+            }                                                                                               \
+        }                                                                                                   \
+    }
 
 void main() {
     const uint tid = gl_LocalInvocationID.x, part = tid % PARTS, local = tid / PARTS, wg = group_index();
@@ -62,9 +87,10 @@ void main() {
         const uint p = uint(pc.positions.i[t]);
         first = pc.window > 0u && p + 1u > pc.window ? p + 1u - pc.window : 0u;
         last = p + 1u;
-        if (pc.chunks > 1u) {
-            first = max(first, gl_WorkGroupID.z * pc.chunk);
-            last = min(last, (gl_WorkGroupID.z + 1u) * pc.chunk);
+        if (pc.chunks > 1u) {  // this chunk's equal share of the row's keys
+            const uint share = (last - first + pc.chunks - 1u) / pc.chunks, begin = first + gl_WorkGroupID.z * share;
+            last = min(last, begin + share);
+            first = min(begin, last);
         }
     }
     const uint d0 = part * DIMS, kv = (live ? h / pc.group * HEAD_DIM : 0u) + d0 - tile_first;
@@ -101,13 +127,13 @@ void main() {
         for (uint j0 = lo; lo < hi && j0 < hi; j0 += tile_keys) {
             const uint n = min(tile_keys, hi - j0);
             barrier();
-            for (uint e = tid; e < n * tile_width; e += THREADS) {
-                const uint key = e / tile_width, c = e % tile_width, j = j0 + key;
-                const uint slot = uint(pc.table.i[seq * pc.max_blocks + j / pc.block_size]) * pc.block_size + j % pc.block_size;
-                const uint at = slot * pc.kv_dim + tile_first + c;
-                ks[e] = pool_value(pc.k_pool, pc.k_type, at);
-                vs[e] = pool_value(pc.v_pool, pc.v_type, at);
+            if (tid < n) {
+                const uint j = j0 + tid;
+                tile_slot[tid] = uint(pc.table.i[seq * pc.max_blocks + j / pc.block_size]) * pc.block_size + j % pc.block_size;
             }
+            barrier();
+            LOAD_TILE(pc.k_pool, pc.k_type, ks)
+            LOAD_TILE(pc.v_pool, pc.v_type, vs)
             barrier();
             if (!mine) continue;
             for (uint key = 0u; key < n; ++key) {

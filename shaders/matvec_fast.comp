@@ -8,7 +8,10 @@
 //  - NORM: x is an RMS_NORM's input; every workgroup takes the norm of its columns itself and multiplies by the
 //    norm's weight as it reads x, so the norm needs no dispatch of its own (nor the barrier after it);
 //  - GLU: a second weight w2 (the up projection) shares x, and out = act(W x) * (W2 x), SiLU or tanh GELU;
-//  - RESIDUAL: out = W x + residual, for the ADD that was the product's only reader.
+//  - RESIDUAL: out = W x + residual, for the ADD that was the product's only reader;
+//  - ROPE: the rotary embedding of pairs of adjacent rows (GGUF's Llama Q/K layout), with the step's angles;
+//  - STORE: the KV_STORE of the result: rows go to slot slots[c] of an F32 or F16 pool instead of out.
+// A workgroup's four rows are two whole pairs, which meet in shared memory.
 #include "common.glsl"
 #include "weights.glsl"
 
@@ -18,16 +21,20 @@ layout(push_constant, scalar) uniform Push {
     Words w2;         // the same shape and type (GLU)
     Floats x;         // F32 [k, n]
     Floats norm;      // F32 [k] (NORM)
-    Floats out_;      // F32 [m, n]
+    Words out_;       // F32 [m, n], or the pool (STORE)
     Floats residual;  // F32 [m, n] (RESIDUAL)
+    Floats angles;    // [2 * half_rot, n]: cos then sin (ROPE)
+    Ints slots;       // [n] (STORE); out is the pool, [m, n_slots]
     uint k, m, n, flags;
     float eps;
+    uint head_dim, half_rot, pool_type;
 } pc;
 
-const uint RESIDUAL = 1u, NORM = 2u, GLU = 4u, GELU = 8u;
+const uint RESIDUAL = 1u, NORM = 2u, GLU = 4u, GELU = 8u, ROPE = 16u, STORE = 32u;
 const uint THREADS = 128u, PER_ROW = 32u, ROWS = THREADS / PER_ROW, MAX_COLUMNS = 8u;
 shared float pieces[THREADS];
 shared float inv_rms[MAX_COLUMNS];
+shared float results[ROWS][MAX_COLUMNS];
 
 // The sum of v over aligned groups of `width` invocations (a power of two up to 32), for every invocation of
 // the workgroup in uniform control flow: shuffles inside a subgroup, shared memory across subgroups.
@@ -121,13 +128,33 @@ void main() {
             }
         }
     }
+    const uint local = tid / PER_ROW;
     for (uint c = 0u; c < pc.n; ++c) {
         float v = group_sum(acc[c], PER_ROW);
         float u = glu ? group_sum(acc2[c], PER_ROW) : 0.0;
-        if (!live || lane != 0u) continue;
         if (glu) v = ((pc.flags & GELU) != 0u ? gelu(v) : silu(v)) * u;
-        const uint at = c * pc.m + row;
-        if ((pc.flags & RESIDUAL) != 0u) v += pc.residual.f[at];
-        pc.out_.f[at] = v;
+        if (lane == 0u) results[local][c] = v;
+    }
+    barrier();
+    if (!live || lane != 0u) return;
+    const bool even = row % 2u == 0u;
+    for (uint c = 0u; c < pc.n; ++c) {
+        float v = results[local][c], partner = results[local ^ 1u][c];
+        const uint pair = row % pc.head_dim / 2u;
+        if ((pc.flags & ROPE) != 0u && pair < pc.half_rot) {
+            const float cs = pc.angles.f[c * 2u * pc.half_rot + pair], sn = pc.angles.f[c * 2u * pc.half_rot + pc.half_rot + pair];
+            const float a = even ? v : partner, b = even ? partner : v;
+            v = even ? a * cs - b * sn : a * sn + b * cs;
+            partner = even ? a * sn + b * cs : a * cs - b * sn;
+        }
+        if ((pc.flags & STORE) == 0u) {
+            const uint at = c * pc.m + row;
+            if ((pc.flags & RESIDUAL) != 0u) v += pc.residual.f[at];
+            pc.out_.w[at] = floatBitsToUint(v);
+        } else if (pc.pool_type == T_F32) {
+            pc.out_.w[uint(pc.slots.i[c]) * pc.m + row] = floatBitsToUint(v);
+        } else if (even) {  // an F16 pool's word holds the pair: the even row writes it
+            pc.out_.w[(uint(pc.slots.i[c]) * pc.m + row) / 2u] = f16_bits(v) | (f16_bits(partner) << 16);
+        }
     }
 }

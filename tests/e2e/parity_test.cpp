@@ -43,6 +43,8 @@ protected:
         options.context_length = 512;
         stack_ = make_stack(smollm2_path(), GetParam(), options);
     }
+    // Every prompt's teacher-forced logits against llama.cpp's (decode: see DecodeStepsMatchLlamaCpp).
+    void expect_llamacpp_agreement(bool decode);
     Stack stack_;
 };
 
@@ -79,7 +81,44 @@ double margin(const nlohmann::json& top20_row) {
     return top20_row[0][1].get<double>() - top20_row[1][1].get<double>();
 }
 
-TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
+// Logits of `tokens`, all at once (one prefill), or with `decode` the prompt's in one step and then one token
+// per step, as generation runs; positions before the prompt's last are then left at zero.
+std::vector<float> teacher_forced(Stack& stack, const std::vector<int32_t>& tokens, size_t prompt_size, bool decode) {
+    const size_t n_vocab = static_cast<size_t>(stack.engine->n_vocab());
+    const int32_t seq = stack.engine->create_sequence();
+    std::vector<float> logits;
+    if (!decode) {
+        const Engine::Work work{seq, tokens, LogitsWanted::All};
+        stack.engine->step({&work, 1}, logits);
+    } else {
+        logits.assign(tokens.size() * n_vocab, 0.0f);
+        std::vector<float> step;
+        const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(prompt_size));
+        const Engine::Work first{seq, prompt, LogitsWanted::Last};
+        stack.engine->step({&first, 1}, step);
+        std::copy(step.begin(), step.end(), logits.begin() + static_cast<ptrdiff_t>((prompt_size - 1) * n_vocab));
+        for (size_t pos = prompt_size; pos < tokens.size(); ++pos) {
+            const std::vector<int32_t> one{tokens[pos]};
+            const Engine::Work next{seq, one, LogitsWanted::Last};
+            stack.engine->step({&next, 1}, step);
+            std::copy(step.begin(), step.end(), logits.begin() + static_cast<ptrdiff_t>(pos * n_vocab));
+        }
+    }
+    stack.engine->release_sequence(seq);
+    return logits;
+}
+
+TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) { expect_llamacpp_agreement(false); }
+
+// Fast precision folds more into a decode step (one token: the norm, RoPE and KV store into the products) than into
+// the prompts above: the first greedy tokens of every prompt, decoded one at a time, meet the same bars.
+TEST_P(Parity, DecodeStepsMatchLlamaCpp) {
+    if (GetParam() != kVulkanFast) GTEST_SKIP() << "the other backends run decode steps through the same kernels";
+    expect_llamacpp_agreement(true);
+}
+
+void Parity::expect_llamacpp_agreement(bool decode) {
+    constexpr size_t kDecodedTokens = 6;
     const size_t n_vocab = static_cast<size_t>(stack_.engine->n_vocab());
     const auto sample_ids = reference()["sample_ids"].get<std::vector<size_t>>();
     const auto& self = reference()["llama_cpp_self_agreement"];
@@ -87,19 +126,16 @@ TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
     double worst_cosine = 1.0, worst_top20 = 1.0;
     for (const auto& p : reference()["prompts"]) {
         std::vector<int32_t> tokens = p["prompt_ids"].get<std::vector<int32_t>>();
+        const size_t prompt_size = tokens.size();
         const auto greedy = p["greedy_ids"].get<std::vector<int32_t>>();
         tokens.insert(tokens.end(), greedy.begin(), greedy.end());
         const auto& top20 = p["top20"];
         const auto& sample = p["sample_logits"];
         ASSERT_EQ(top20.size(), tokens.size());
+        if (decode) tokens.resize(std::min(tokens.size(), prompt_size + kDecodedTokens));
 
-        const int32_t seq = stack_.engine->create_sequence();
-        std::vector<float> logits;
-        const Engine::Work work{seq, tokens, LogitsWanted::All};
-        stack_.engine->step({&work, 1}, logits);
-        stack_.engine->release_sequence(seq);
-
-        for (size_t pos = 0; pos < tokens.size(); ++pos) {
+        const std::vector<float> logits = teacher_forced(stack_, tokens, prompt_size, decode);
+        for (size_t pos = decode ? prompt_size - 1 : 0; pos < tokens.size(); ++pos) {
             const float* ours = logits.data() + pos * n_vocab;
             // The whole-vocabulary cosine, estimated from the top-20 (weight 1) and a fixed uniform sample of the
             // other ids, each standing for (n_vocab - 20) / sample size of them.
@@ -149,10 +185,10 @@ TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
     }
     const double agreement = static_cast<double>(top1_agree) / static_cast<double>(positions);
     const double decisive_agreement = static_cast<double>(decisive_agree) / static_cast<double>(decisive);
-    std::printf("%s: %zu positions: cosine >= %.6f, under 0.999 at %zu (llama.cpp vs itself: >= %.6f, under 0.999 at "
+    std::printf("%s%s: %zu positions: cosine >= %.6f, under 0.999 at %zu (llama.cpp vs itself: >= %.6f, under 0.999 at "
                 "%d of %d); top-20 cosine >= %.5f (llama.cpp vs itself %.5f); top-1 agreement %.4f (llama.cpp vs itself "
                 "%.4f), %.4f on the %zu decisive positions\n",
-                GetParam().c_str(), positions, worst_cosine, below, self["worst_cosine"].get<double>(),
+                GetParam().c_str(), decode ? " decode steps" : "", positions, worst_cosine, below, self["worst_cosine"].get<double>(),
                 self["positions_below_0.999"].get<int>(), self["positions"].get<int>(), worst_top20,
                 self["worst_top20_cosine"].get<double>(), agreement, self["top1_agreement"].get<double>(),
                 decisive_agreement, decisive);
@@ -161,9 +197,15 @@ TEST_P(Parity, TeacherForcedLogitsMatchLlamaCpp) {
     // own variants range from 96.9% to 99.4%, and cellm's scalar backend moved between 96.5% and 97.5% when
     // only the summation order of a dot product changed).
     EXPECT_EQ(decisive_agree, decisive);
-    // No further from llama.cpp than llama.cpp is from itself.
-    EXPECT_GE(worst_top20, self["worst_top20_cosine"].get<double>());
+    // No further from llama.cpp than llama.cpp is from itself. Fast precision's decode steps are held to the
+    // whole-vocabulary cosine (above, per position) but not the top-20 one: this model turns float noise into
+    // large moves of its top logits at a few positions (fast decode against fast prefill of the same tokens:
+    // cosine 0.9718 at one of the first prompt's), and the top-20 cosine there measures that noise, not a wrong op.
+    if (!decode) {
+        EXPECT_GE(worst_top20, self["worst_top20_cosine"].get<double>());
+    }
 }
+
 
 // Every other backend against the scalar reference, which defines the ops: the same computation up to float
 // summation order, so the logits must be far closer to scalar's than to llama.cpp's.

@@ -1,6 +1,7 @@
 // graph_prepare's second half: where the values a step computes live in one arena.
 #include "graph.hpp"
 
+#include <algorithm>
 #include <iterator>
 #include <map>
 
@@ -56,15 +57,19 @@ private:
 bool aliases_source(cellm_op op) { return op == CELLM_OP_RESHAPE || op == CELLM_OP_KV_STORE; }
 bool is_leaf_storage(cellm_op op) { return op == CELLM_OP_WEIGHT || op == CELLM_OP_KV_CACHE; }
 
-uint64_t plan_arena(Checked& plan, uint64_t alignment) {
+uint64_t plan_arena(Checked& plan, uint64_t alignment, const std::vector<int32_t>& read_at) {
     const auto n = static_cast<int32_t>(plan.nodes.size());
     std::vector<int32_t> root(plan.nodes.size()), last_use(plan.nodes.size());
     for (int32_t i = 0; i < n; ++i) {
         const Node& node = plan.nodes[static_cast<size_t>(i)];
         root[static_cast<size_t>(i)] = aliases_source(node.op) ? root[static_cast<size_t>(node.src[0])] : i;
         last_use[static_cast<size_t>(i)] = i;
+        const int32_t read = read_at.empty() ? i : read_at[static_cast<size_t>(i)];
         for (int32_t s : node.src)
-            if (s >= 0) last_use[static_cast<size_t>(root[static_cast<size_t>(s)])] = i;
+            if (s >= 0) {
+                int32_t& last = last_use[static_cast<size_t>(root[static_cast<size_t>(s)])];
+                last = std::max(last, read);
+            }
     }
     for (int32_t o : plan.outputs) last_use[static_cast<size_t>(root[static_cast<size_t>(o)])] = n;
 

@@ -74,8 +74,9 @@ bool is_leaf_storage(cellm_op op);
 
 // Gives every arena node (inputs and computed values) an offset and returns the arena's size. Inputs come first;
 // a value's memory is reused once the last node reading it (directly or through an alias) has run; graph outputs
-// are never reused. Offsets are multiples of `alignment`.
-uint64_t plan_arena(Checked& graph, uint64_t alignment);
+// are never reused. Offsets are multiples of `alignment`. A backend that reads some node's sources later than
+// the node's place (a fused dispatch) gives read_at: node i's sources are read at node read_at[i] >= i.
+uint64_t plan_arena(Checked& graph, uint64_t alignment, const std::vector<int32_t>& read_at = {});
 
 // Checks execute's arguments against a checked graph: every INPUT node bound once with its exact size, every
 // output binding naming a graph output of the right size. Throws plugin::Failure.

@@ -55,14 +55,157 @@ int rounding(cellm_dtype type) {
 }
 int64_t rounding_span(int r) { return r == 3 ? 256 : r == 1 || r == 2 ? 32 : 1; }
 
-// Precision "fast": attention_fast.comp takes F32 and F16 pools and head_dim 64, 128 or 256.
+// Precision "fast": attention_fast.comp takes F32 and F16 pools whose rows start at multiples of 16 bytes, and
+// head_dim 64, 128 or 256.
 bool fast_attention(const Node& n, const std::vector<Node>& nodes) {
     const auto type = [&](int k) { return nodes[static_cast<size_t>(n.src[static_cast<size_t>(k)])].type; };
+    const auto starts_aligned = [&](int k) {
+        const Node& pool = nodes[static_cast<size_t>(n.src[static_cast<size_t>(k)])];
+        return pool.buffer != nullptr && (pool.buffer->memory.address + pool.offset) % 16 == 0 &&
+               pool.ne[0] * cellm_dtype_type_size(pool.type) % 16 == 0;
+    };
     const int32_t head_dim = n.iparams[2];
     const int64_t kv_dim = nodes[static_cast<size_t>(n.src[1])].ne[0];
-    return (head_dim == 64 || head_dim == 128 || head_dim == 256) && kv_dim <= 4096 &&
+    return (head_dim == 64 || head_dim == 128 || head_dim == 256) && kv_dim <= 4096 && starts_aligned(1) && starts_aligned(2) &&
            (type(1) == CELLM_TYPE_F16 || type(1) == CELLM_TYPE_F32) &&
            (type(2) == CELLM_TYPE_F16 || type(2) == CELLM_TYPE_F32);
+}
+
+// Ops done by another op's dispatch, decided from the graph alone before the arena is planned, and when each
+// node's sources are read (read_at), so that the arena keeps them alive until then:
+//  - a product's residual: an ADD right after a MATMUL, its only reader (both precisions), read at the ADD;
+//  - precision "fast", products of at most 8 columns (matvec_fast.comp): the GLU of two such products of one
+//    input, done at the GLU; an RMS_NORM whose readers are all such products, each reading the norm's input.
+struct Fusions {
+    std::vector<int32_t> add_residual;  // MATMUL -> the other source of the ADD it folds in, or -1
+    std::vector<int32_t> norm_of;       // MATMUL -> the RMS_NORM it folds in, or -1
+    std::vector<bool> folded;           // nodes another node's dispatch does
+    std::vector<bool> glu_product;      // GLU nodes done as one product
+    std::vector<int32_t> read_at;       // when a node's sources are read
+    std::vector<int32_t> rope_in;       // MATMUL -> the adjacent-pairs ROPE its dispatch applies, or -1
+    std::vector<int32_t> store_in;      // MATMUL -> the KV_STORE its dispatch does, or -1
+};
+
+Fusions find_fusions(const graph::Checked& graph, bool fast) {
+    const std::vector<Node>& nodes = graph.nodes;
+    const size_t count = nodes.size();
+    const auto node = [&](int32_t i) -> const Node& { return nodes[static_cast<size_t>(i)]; };
+    Fusions f{std::vector<int32_t>(count, -1), std::vector<int32_t>(count, -1), std::vector<bool>(count, false),
+              std::vector<bool>(count, false), std::vector<int32_t>(count), std::vector<int32_t>(count, -1),
+              std::vector<int32_t>(count, -1)};
+    std::vector<int> uses(count, 0);
+    std::vector<bool> is_output(count, false);
+    std::vector<std::vector<size_t>> readers(count);
+    for (size_t j = 0; j < count; ++j) {
+        f.read_at[j] = static_cast<int32_t>(j);
+        for (int32_t s : nodes[j].src)
+            if (s >= 0) {
+                ++uses[static_cast<size_t>(s)];
+                readers[static_cast<size_t>(s)].push_back(j);
+            }
+    }
+    for (int32_t o : graph.outputs) is_output[static_cast<size_t>(o)] = true;
+
+    for (size_t j = 0; j + 1 < count; ++j) {
+        if (nodes[j].op != CELLM_OP_MATMUL || uses[j] != 1 || nodes[j + 1].op != CELLM_OP_ADD || is_output[j]) continue;
+        const auto i = static_cast<int32_t>(j);
+        const Node& add = nodes[j + 1];
+        const int32_t other = add.src[0] == i ? add.src[1] : add.src[1] == i ? add.src[0] : -1;
+        if (other < 0 || other >= i || node(other).ne != nodes[j].ne) continue;
+        f.add_residual[j] = other;
+        f.read_at[j] = i + 1;
+    }
+    if (!fast) return f;
+    const auto vector_product = [&](size_t j) {
+        const Node& m = nodes[j];
+        return m.op == CELLM_OP_MATMUL && node(m.src[1]).rows() <= 8 && node(m.src[0]).ne[0] % 8 == 0;
+    };
+    for (size_t g = 0; g < count; ++g) {
+        const Node& n = nodes[g];
+        if (n.op != CELLM_OP_GLU || (n.iparams[0] != 0 && n.iparams[0] != 1) || n.src[0] == n.src[1]) continue;
+        const auto gate = static_cast<size_t>(n.src[0]), up = static_cast<size_t>(n.src[1]);
+        if (!vector_product(gate) || !vector_product(up) || uses[gate] != 1 || uses[up] != 1 || is_output[gate] ||
+            is_output[up])
+            continue;
+        const Node &wg = node(nodes[gate].src[0]), &wu = node(nodes[up].src[0]);
+        if (nodes[gate].src[1] != nodes[up].src[1] || wg.type != wu.type || wg.ne != wu.ne) continue;
+        f.folded[gate] = f.folded[up] = true;
+        f.glu_product[g] = true;
+        f.read_at[gate] = f.read_at[up] = static_cast<int32_t>(g);
+    }
+    for (size_t r = 0; r < count; ++r) {
+        const Node& n = nodes[r];
+        if (n.op != CELLM_OP_RMS_NORM || n.src[1] < 0 || is_output[r] || readers[r].empty() ||
+            node(n.src[1]).nelements() != n.ne[0])
+            continue;
+        bool all = true;
+        int32_t last = static_cast<int32_t>(r);
+        for (size_t c : readers[r]) {
+            all = all && vector_product(c) && nodes[c].src[1] == static_cast<int32_t>(r) && nodes[c].src[0] != static_cast<int32_t>(r);
+            last = std::max(last, f.read_at[c]);
+        }
+        if (!all) continue;
+        f.folded[r] = true;
+        f.read_at[r] = last;
+        for (size_t c : readers[r]) f.norm_of[c] = static_cast<int32_t>(r);
+    }
+    // - a product's ROPE over adjacent pairs (GGUF's Llama Q/K layout), through RESHAPEs; the product writes the
+    //   rotated rows into its own memory, which the ROPE's readers then read (the plan points the ROPE there);
+    // - a product's KV_STORE into an F32 or F16 pool, after its ROPE or directly (V).
+    const auto only_reader = [&](size_t v) -> int64_t {
+        return readers[v].size() == 1 && !is_output[v] ? static_cast<int64_t>(readers[v][0]) : -1;
+    };
+    const auto past_reshapes = [&](size_t& tail) {
+        int64_t next = only_reader(tail);
+        while (next >= 0 && nodes[static_cast<size_t>(next)].op == CELLM_OP_RESHAPE) {
+            tail = static_cast<size_t>(next);
+            next = only_reader(tail);
+        }
+        return next;
+    };
+    // The last node reading v, directly or through RESHAPEs.
+    const auto last_reader = [&](size_t v) {
+        int32_t last = static_cast<int32_t>(v);
+        std::vector<size_t> todo{v};
+        while (!todo.empty()) {
+            const size_t at = todo.back();
+            todo.pop_back();
+            for (size_t r : readers[at]) {
+                last = std::max(last, static_cast<int32_t>(r));
+                if (nodes[r].op == CELLM_OP_RESHAPE) todo.push_back(r);
+            }
+        }
+        return is_output[v] ? static_cast<int32_t>(count) : last;
+    };
+    for (size_t j = 0; j < count; ++j) {
+        if (!vector_product(j) || f.folded[j] || f.add_residual[j] >= 0) continue;
+        const int64_t m = nodes[j].ne[0];
+        size_t tail = j;
+        int64_t next = past_reshapes(tail);
+        if (next >= 0) {
+            const Node& rope = nodes[static_cast<size_t>(next)];
+            if (rope.op == CELLM_OP_ROPE && rope.src[0] == static_cast<int32_t>(tail) && rope.iparams[1] == CELLM_ROPE_ADJACENT &&
+                node(rope.src[0]).ne[0] % 2 == 0 && m % node(rope.src[0]).ne[0] == 0) {
+                f.rope_in[j] = static_cast<int32_t>(next);
+                f.folded[static_cast<size_t>(next)] = true;
+                tail = static_cast<size_t>(next);
+                next = past_reshapes(tail);
+            }
+        }
+        if (next >= 0) {
+            const Node& store = nodes[static_cast<size_t>(next)];
+            const Node& pool = store.op == CELLM_OP_KV_STORE ? node(store.src[0]) : store;
+            if (store.op == CELLM_OP_KV_STORE && store.src[1] == static_cast<int32_t>(tail) && pool.ne[0] == m &&
+                (pool.type == CELLM_TYPE_F32 || (pool.type == CELLM_TYPE_F16 && m % 2 == 0))) {
+                f.store_in[j] = static_cast<int32_t>(next);
+                f.folded[static_cast<size_t>(next)] = true;
+                continue;
+            }
+        }
+        // The rotated rows stay in the product's memory until the ROPE's last reader.
+        if (f.rope_in[j] >= 0) f.read_at[static_cast<size_t>(f.rope_in[j])] = last_reader(static_cast<size_t>(f.rope_in[j]));
+    }
+    return f;
 }
 
 // Bytes [begin, end) of device memory, for placing barriers.
@@ -93,7 +236,20 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             fail(at, CELLM_ERR_UNSUPPORTED, std::string(role) + " must come from an INPUT node (the host checks them)");
         return s;
     };
-    arena_size_ = aligned(graph::plan_arena(graph_, alignment));
+    const bool fast = device_.fast;
+    const Fusions fusions = find_fusions(graph_, fast);
+    arena_size_ = aligned(graph::plan_arena(graph_, alignment, fusions.read_at));
+    for (size_t j = 0; j < nodes.size(); ++j) {
+        const int32_t rope = fusions.rope_in[j];
+        if (rope < 0 || fusions.store_in[j] >= 0) continue;
+        nodes[static_cast<size_t>(rope)].offset = nodes[j].offset;
+        nodes[static_cast<size_t>(rope)].buffer = nodes[j].buffer;
+    }
+    for (Node& n : nodes)
+        if (graph::aliases_source(n.op)) {
+            n.offset = nodes[static_cast<size_t>(n.src[0])].offset;
+            n.buffer = nodes[static_cast<size_t>(n.src[0])].buffer;
+        }
 
     // Scratch for rounded activations (one MATMUL input at a time), then the step's rotary angles.
     uint64_t scratch = 0;
@@ -159,18 +315,15 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
     }
 
     // Precision "fast": the key chunks' partial results of split attention (attention_fast.comp), after the angles.
-    const bool fast = device_.fast;
-    std::vector<uint32_t> chunks_of(nodes.size(), 1), chunk_keys(nodes.size(), 0);
+    std::vector<uint32_t> chunks_of(nodes.size(), 1);
     uint64_t partials = 0;
     for (size_t i = 0; fast && i < nodes.size(); ++i) {
         const Node& n = nodes[i];
         if (n.op != CELLM_OP_ATTENTION || !fast_attention(n, nodes)) continue;
         const int64_t n_tokens = node(n.src[0]).ne[2], context = node(n.src[3]).ne[0] * n.iparams[3];
         if (n_tokens > 8) continue;  // prefill has rows enough to fill the device
-        uint32_t chunk = 64;
-        while ((context + chunk - 1) / chunk > 32) chunk *= 2;
-        chunk_keys[i] = chunk;
-        chunks_of[i] = static_cast<uint32_t>((context + chunk - 1) / chunk);
+        // Each chunk takes an equal share of a row's keys, at least 16 of the longest context's.
+        chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(context / 16, 1, 32));
         partials = std::max<uint64_t>(partials, static_cast<uint64_t>(n.iparams[0] * n_tokens) * chunks_of[i] *
                                                     static_cast<uint64_t>(n.iparams[2] + 2) * 4);
     }
@@ -190,95 +343,24 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         writes.push_back(std::move(w));
     };
 
-    // Direct readers of each node, for fusing an ADD into the product before it.
-    std::vector<int> uses(nodes.size(), 0);
-    std::vector<bool> is_output(nodes.size(), false), fused_add(nodes.size(), false);
-    for (const Node& n : nodes)
-        for (int32_t s : n.src)
-            if (s >= 0) ++uses[static_cast<size_t>(s)];
-    for (int32_t o : graph_.outputs) is_output[static_cast<size_t>(o)] = true;
-
-    // An ADD right after a product, its only reader, is done by the product: out = W x + other. The ADD's output
-    // must not overlap what the product reads, except `other` itself in place (each output element is read from
-    // it and written by one invocation). Returns `other`, or -1.
-    const auto fusable_add = [&](size_t j, const std::vector<Range>& product_reads) -> int32_t {
-        if (j + 1 >= nodes.size() || uses[j] != 1 || nodes[j + 1].op != CELLM_OP_ADD || is_output[j]) return -1;
-        const auto i = static_cast<int32_t>(j);
-        const Node& add = nodes[j + 1];
-        const int32_t other = add.src[0] == i ? add.src[1] : add.src[1] == i ? add.src[0] : -1;
-        if (other < 0 || other >= i || node(other).ne != nodes[j].ne) return -1;
-        const Range out = range(i + 1), residual = range(other);
-        if (out.overlaps(residual) && (out.begin != residual.begin || out.end != residual.end)) return -1;
-        for (const Range& r : product_reads)
-            if (out.overlaps(r)) return -1;
+    // The fusions were chosen before the arena was planned (Fusions, which kept what they read alive long
+    // enough); the dispatches check that, as the barriers rely on it.
+    std::vector<bool> fused_add(nodes.size(), false);
+    const std::vector<int32_t>& norm_of = fusions.norm_of;
+    const std::vector<bool>&folded = fusions.folded, &glu_product = fusions.glu_product;
+    const auto disjoint = [&](const Range& out, const std::vector<Range>& in) {
+        for (const Range& r : in)
+            if (out.overlaps(r)) throw Failure(CELLM_ERR_INTERNAL, "vulkan: a fused dispatch would overwrite what it reads");
+    };
+    // The residual of the ADD a product folds in (out = W x + other), or -1.
+    const auto fusable_add = [&](size_t j, std::vector<Range> product_reads) -> int32_t {
+        const int32_t other = fusions.add_residual[j];
+        if (other < 0) return -1;
+        product_reads.push_back(range(other));
+        disjoint(range(static_cast<int32_t>(j) + 1), product_reads);
         fused_add[j + 1] = true;
         return other;
     };
-
-    // Precision "fast" folds more into a product of at most 8 columns (matvec_fast.comp): the GLU of two such
-    // products of one input, and an RMS_NORM whose readers are all such products. The folded nodes get no
-    // dispatch; the product reads the norm's input at its own place in the order, so nothing between may
-    // overwrite that memory (the arena reuses it after the norm, its last reader in the graph).
-    std::vector<int32_t> norm_of(nodes.size(), -1);  // MATMUL -> the RMS_NORM it folds in
-    std::vector<bool> folded(nodes.size(), false), glu_product(nodes.size(), false);
-    const auto vector_product = [&](size_t j) {
-        const Node& m = nodes[j];
-        return fast && m.op == CELLM_OP_MATMUL && node(m.src[1]).rows() <= 8 && node(m.src[0]).ne[0] % 8 == 0;
-    };
-    const auto written_between = [&](size_t from, size_t to, const Range& r) {
-        for (size_t j = from + 1; j <= to; ++j) {
-            const cellm_op op = nodes[j].op;
-            if (op == CELLM_OP_WEIGHT || op == CELLM_OP_INPUT || op == CELLM_OP_KV_CACHE || op == CELLM_OP_RESHAPE) continue;
-            if (range(static_cast<int32_t>(j)).overlaps(r)) return true;
-        }
-        return false;
-    };
-    std::vector<std::vector<size_t>> readers(nodes.size());
-    for (size_t j = 0; j < nodes.size(); ++j)
-        for (int32_t s : nodes[j].src)
-            if (s >= 0) readers[static_cast<size_t>(s)].push_back(j);
-    std::vector<size_t> read_at(nodes.size());  // where a product's dispatch runs: its own place or its GLU's
-    for (size_t j = 0; j < nodes.size(); ++j) read_at[j] = j;
-    for (size_t g = 0; fast && g < nodes.size(); ++g) {
-        const Node& n = nodes[g];
-        if (n.op != CELLM_OP_GLU || (n.iparams[0] != 0 && n.iparams[0] != 1) || n.src[0] == n.src[1]) continue;
-        const auto gate = static_cast<size_t>(n.src[0]), up = static_cast<size_t>(n.src[1]);
-        if (!vector_product(gate) || !vector_product(up) || uses[gate] != 1 || uses[up] != 1 || is_output[gate] ||
-            is_output[up])
-            continue;
-        const Node &wg = node(nodes[gate].src[0]), &wu = node(nodes[up].src[0]);
-        if (nodes[gate].src[1] != nodes[up].src[1] || wg.type != wu.type || wg.ne != wu.ne) continue;
-        folded[gate] = folded[up] = true;
-        glu_product[g] = true;
-        read_at[gate] = read_at[up] = g;
-    }
-    for (size_t r = 0; fast && r < nodes.size(); ++r) {
-        const Node& n = nodes[r];
-        if (n.op != CELLM_OP_RMS_NORM || n.src[1] < 0 || is_output[r] || readers[r].empty() ||
-            node(n.src[1]).nelements() != n.ne[0])
-            continue;
-        size_t last = r;
-        bool all = true;
-        for (size_t c : readers[r]) {
-            all = all && vector_product(c) && nodes[c].src[1] == static_cast<int32_t>(r) && nodes[c].src[0] != static_cast<int32_t>(r);
-            last = std::max(last, read_at[c]);
-        }
-        if (!all || written_between(r, last, range(n.src[0]))) continue;
-        folded[r] = true;
-        for (size_t c : readers[r]) norm_of[c] = static_cast<int32_t>(r);
-    }
-    // A GLU's dispatch reads its products' input (or their norm's) later than they would have: unfold it where
-    // something in between may overwrite that memory. Its products then run in their places, which the norm's
-    // check above covered too.
-    for (size_t g = 0; g < nodes.size(); ++g) {
-        if (!glu_product[g]) continue;
-        const auto gate = static_cast<size_t>(nodes[g].src[0]), up = static_cast<size_t>(nodes[g].src[1]);
-        const int32_t norm = norm_of[gate], xin = norm >= 0 ? nodes[static_cast<size_t>(norm)].src[0] : nodes[gate].src[1];
-        if (!written_between(std::min(gate, up), g, range(xin))) continue;
-        glu_product[g] = folded[gate] = folded[up] = false;
-        read_at[gate] = gate;
-        read_at[up] = up;
-    }
 
     for (size_t idx = 0; idx < nodes.size(); ++idx) {
         const auto i = static_cast<int32_t>(idx);
@@ -314,12 +396,34 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                     reads_of.push_back(range(residual));
                     d.kind = "MATMUL+ADD";
                 }
+                std::vector<Range> writes_of{range(target)};
                 if (cols <= 8) {
+                    const int32_t rope = fusions.rope_in[idx], store = fusions.store_in[idx];
+                    VkDeviceAddress angle_table = out, slots = out, dest = out;
+                    uint32_t head_dim = 2, half_rot = 0, pool_type = 0;
+                    if (rope >= 0) {
+                        const RopeAngles& table = ropes_[static_cast<size_t>(rope_of[static_cast<size_t>(rope)])];
+                        angle_table = arena_.address + table.device_offset;
+                        reads_of.push_back(Range{angle_table, angle_table + table.bytes});
+                        head_dim = u32(node(node(rope).src[0]).ne[0]);
+                        half_rot = u32(node(rope).iparams[0] / 2);
+                        d.kind = "MATMUL+ROPE";
+                    }
+                    if (store >= 0) {
+                        const Node& st = node(store);
+                        slots = address(st.src[2]);
+                        reads_of.push_back(range(st.src[2]));
+                        dest = address(store);
+                        pool_type = u32(node(st.src[0]).type);
+                        writes_of = {range(store)};
+                        d.kind = rope >= 0 ? "MATMUL+ROPE+KV_STORE" : "MATMUL+KV_STORE";
+                    }
                     d.shader = "matvec_fast_" + std::to_string(w.type);
                     p << address(src(0)) << address(src(0)) << address(xin)
-                      << (norm >= 0 ? address(node(norm).src[1]) : address(xin)) << out << add << u32(k) << u32(m)
-                      << u32(cols) << ((residual >= 0 ? 1u : 0u) | (norm >= 0 ? 2u : 0u))
-                      << (norm >= 0 ? node(norm).fparams[0] : 0.0f);
+                      << (norm >= 0 ? address(node(norm).src[1]) : address(xin)) << dest << add << angle_table << slots
+                      << u32(k) << u32(m) << u32(cols)
+                      << ((residual >= 0 ? 1u : 0u) | (norm >= 0 ? 2u : 0u) | (rope >= 0 ? 16u : 0u) | (store >= 0 ? 32u : 0u))
+                      << (norm >= 0 ? node(norm).fparams[0] : 0.0f) << head_dim << half_rot << pool_type;
                     d.groups = grid(static_cast<uint64_t>(m), 4);
                 } else {
                     d.shader = "matmul_fast_" + std::to_string(w.type);
@@ -327,7 +431,8 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                       << uint32_t{residual >= 0 ? 1u : 0u};
                     d.groups = {u32((m + 63) / 64), u32((cols + 63) / 64), 1};
                 }
-                emit(d, reads_of, {range(target)});
+                for (const Range& wr : writes_of) disjoint(wr, reads_of);
+                emit(d, reads_of, writes_of);
                 break;
             }
             const int r = rounding(w.type);
@@ -382,11 +487,13 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                 d.shader = "matvec_fast_" + std::to_string(w.type);
                 p << address(gate.src[0]) << address(node(src(1)).src[0]) << address(xin)
                   << (norm >= 0 ? address(node(norm).src[1]) : address(xin)) << address(i) << address(i)
-                  << u32(w.ne[0]) << u32(w.ne[1]) << u32(node(xin).rows())
-                  << ((norm >= 0 ? 2u : 0u) | 4u | (n.iparams[0] == 1 ? 8u : 0u)) << (norm >= 0 ? node(norm).fparams[0] : 0.0f);
+                  << address(i) << address(i) << u32(w.ne[0]) << u32(w.ne[1]) << u32(node(xin).rows())
+                  << ((norm >= 0 ? 2u : 0u) | 4u | (n.iparams[0] == 1 ? 8u : 0u)) << (norm >= 0 ? node(norm).fparams[0] : 0.0f)
+                  << uint32_t{2} << uint32_t{0} << uint32_t{0};
                 d.groups = grid(static_cast<uint64_t>(w.ne[1]), 4);
                 std::vector<Range> r{range(gate.src[0]), range(node(src(1)).src[0]), range(xin)};
                 if (norm >= 0) r.push_back(range(node(norm).src[1]));
+                disjoint(range(i), r);
                 emit(d, r, {range(i)});
                 break;
             }
@@ -427,6 +534,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             break;
         }
         case CELLM_OP_ROPE: {
+            if (folded[idx]) continue;  // done by the product before it
             const RopeAngles* table_of = &ropes_[static_cast<size_t>(rope_of[idx])];
             const Node& x = node(src(0));
             if (x.ne[0] % 2 != 0) fail(i, CELLM_ERR_UNSUPPORTED, "head_dim must be even");
@@ -439,6 +547,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             break;
         }
         case CELLM_OP_KV_STORE: {
+            if (folded[idx]) continue;  // done by the product that makes its rows
             input_of(i, 2, "slots");
             const Node& pool = node(src(0));
             const Node& rows = node(src(1));
@@ -472,7 +581,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                   << address(src(5)) << (chunks > 1 ? partial : address(i));
                 p << u32(n.iparams[0]) << u32(n.iparams[0] / n.iparams[1]) << u32(n.iparams[3]) << u32(n.iparams[4])
                   << u32(node(src(3)).ne[0]) << u32(kp.ne[0]) << u32(kp.type) << u32(vp.type) << u32(q.ne[2])
-                  << chunk_keys[idx] << chunks << uint32_t{by_token ? 1u : 0u} << n.fparams[0] << n.fparams[1];
+                  << chunks << uint32_t{by_token ? 1u : 0u} << n.fparams[0] << n.fparams[1];
                 // Decode: a workgroup per token and 16 heads; prefill: per head and 16 tokens.
                 const uint64_t n_head = static_cast<uint64_t>(n.iparams[0]), n_tokens = static_cast<uint64_t>(q.ne[2]);
                 d.groups = by_token ? grid(n_tokens * ((n_head + 15) / 16)) : grid(n_head * ((n_tokens + 15) / 16));
