@@ -6,8 +6,8 @@
 // for F32 and F16 pools. As in llama.cpp's CPU path, q meets an F16 key pool rounded to fp16; the weights stay
 // float (rounding them before the sum is known moved SmolLM2's logits further from llama.cpp).
 //
-// A workgroup holds 16 rows, four invocations to a row, each with DIMS of the head's dimensions of q and of the
-// output; a score is their four partial dots added through shuffles. Keys come through shared memory, a tile at
+// A workgroup holds 16 rows, PARTS invocations to a row, each with DIMS of the head's dimensions of q and of the
+// output (every PARTS-th); a score is their partial dots added through shuffles. Keys come through shared memory, a tile at
 // a time, loaded by the whole workgroup and read by every row of the tile's sequence:
 //  - by_token 1 (decode): a workgroup's rows are the heads of one token, and a tile holds every KV head;
 //  - by_token 0 (prefill): its rows are 16 consecutive tokens of one head, and a tile holds that head's KV head.
@@ -17,8 +17,9 @@
 // table, sequence rows and positions were checked on the host.
 #include "common.glsl"
 
-const uint THREADS = 64u, PARTS = 4u, ROWS = THREADS / PARTS, TILE_FLOATS = 4096u, NONE = 0xFFFFFFFFu;
-layout(local_size_x = 64) in;
+// PARTS invocations share a row (4, 8 or 16: at most the subgroup size), each holding DIMS of its dimensions.
+const uint ROWS = 16u, THREADS = ROWS * PARTS, TILE_FLOATS = 4096u, NONE = 0xFFFFFFFFu;
+layout(local_size_x = THREADS) in;
 // Pools are read 16 bytes at a time: their rows and head offsets are multiples of 16 bytes (the plan checks).
 layout(buffer_reference, std430, buffer_reference_align = 16) buffer Quads { uvec4 q[]; };
 layout(push_constant, scalar) uniform Push {
@@ -93,11 +94,13 @@ void main() {
             first = min(begin, last);
         }
     }
-    const uint d0 = part * DIMS, kv = (live ? h / pc.group * HEAD_DIM : 0u) + d0 - tile_first;
-    const uint q_at = (t * pc.n_head + h) * HEAD_DIM + d0;
+    // The row's invocation `part` holds dimensions part + PARTS i: neighbouring invocations read neighbouring
+    // floats of a tile, so their shared-memory reads fall in different banks.
+    const uint kv = (live ? h / pc.group * HEAD_DIM : 0u) + part - tile_first;
+    const uint q_at = (t * pc.n_head + h) * HEAD_DIM + part;
     float q[DIMS], acc[DIMS];
     for (uint i = 0u; i < DIMS; ++i) {
-        const float v = live ? pc.q.f[q_at + i] : 0.0;
+        const float v = live ? pc.q.f[q_at + PARTS * i] : 0.0;
         q[i] = pc.k_type == T_F16 ? round_f16(v) : v;
         acc[i] = 0.0;
     }
@@ -141,9 +144,8 @@ void main() {
                 if (j < first || j >= last) continue;  // the same for the row's four invocations
                 const uint at = key * tile_width + kv;
                 float dot = 0.0;
-                for (uint i = 0u; i < DIMS; ++i) dot = fma(q[i], ks[at + i], dot);
-                dot += subgroupShuffleXor(dot, 1u);
-                dot += subgroupShuffleXor(dot, 2u);
+                for (uint i = 0u; i < DIMS; ++i) dot = fma(q[i], ks[at + PARTS * i], dot);
+                for (uint off = 1u; off < PARTS; off <<= 1) dot += subgroupShuffleXor(dot, off);
                 float s = pc.scale * dot;
                 if (pc.softcap > 0.0) s = pc.softcap * tanh(s / pc.softcap);
                 if (s > best) {
@@ -154,14 +156,14 @@ void main() {
                 }
                 const float e = exp(s - best);
                 total += e;
-                for (uint i = 0u; i < DIMS; ++i) acc[i] = fma(e, vs[at + i], acc[i]);
+                for (uint i = 0u; i < DIMS; ++i) acc[i] = fma(e, vs[at + PARTS * i], acc[i]);
             }
         }
         if (mine) done = true;
     }
     if (!live) return;
     if (pc.chunks == 1u) {
-        for (uint i = 0u; i < DIMS; ++i) pc.out_.f[q_at + i] = acc[i] / total;
+        for (uint i = 0u; i < DIMS; ++i) pc.out_.f[q_at + PARTS * i] = acc[i] / total;
         return;
     }
     const uint base = (gl_WorkGroupID.z * pc.n_head * pc.n_tokens + t * pc.n_head + h) * (HEAD_DIM + 2u);
@@ -169,5 +171,5 @@ void main() {
         pc.out_.f[base] = best;
         pc.out_.f[base + 1u] = total;
     }
-    for (uint i = 0u; i < DIMS; ++i) pc.out_.f[base + 2u + d0 + i] = acc[i];
+    for (uint i = 0u; i < DIMS; ++i) pc.out_.f[base + 2u + part + PARTS * i] = acc[i];
 }

@@ -71,9 +71,7 @@ float silu(float g) { return g / (1.0 + exp(-g)); }
 float gelu(float g) { return 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))); }
 
 void main() {
-    const uint tid = gl_LocalInvocationID.x, lane = tid % PER_ROW;
-    const uint row = group_index() * ROWS + tid / PER_ROW;
-    const bool live = row < pc.m;
+    const uint tid = gl_LocalInvocationID.x, lane = tid % PER_ROW, local = tid / PER_ROW;
     const bool norm = (pc.flags & NORM) != 0u, glu = (pc.flags & GLU) != 0u;
 
     if (norm) {
@@ -97,6 +95,8 @@ void main() {
         barrier();
     }
 
+    const uint row = group_index() * ROWS + local;
+    const bool live = row < pc.m;
     float acc[MAX_COLUMNS], acc2[MAX_COLUMNS];
     for (uint c = 0u; c < MAX_COLUMNS; ++c) {
         acc[c] = 0.0;
@@ -128,7 +128,6 @@ void main() {
             }
         }
     }
-    const uint local = tid / PER_ROW;
     for (uint c = 0u; c < pc.n; ++c) {
         float v = group_sum(acc[c], PER_ROW);
         float u = glu ? group_sum(acc2[c], PER_ROW) : 0.0;
@@ -136,9 +135,8 @@ void main() {
         if (lane == 0u) results[local][c] = v;
     }
     barrier();
-    if (!live || lane != 0u) return;
     const bool even = row % 2u == 0u;
-    for (uint c = 0u; c < pc.n; ++c) {
+    for (uint c = 0u; live && lane == 0u && c < pc.n; ++c) {
         float v = results[local][c], partner = results[local ^ 1u][c];
         const uint pair = row % pc.head_dim / 2u;
         if ((pc.flags & ROPE) != 0u && pair < pc.half_rot) {

@@ -101,6 +101,7 @@ DeviceSummary summarize(const Vk& vk, VkPhysicalDevice physical) {
     s.shuffle = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0 &&
                 (subgroup.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT) != 0 && subgroup.subgroupSize >= 4;
     s.cpu = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    s.subgroup = subgroup.subgroupSize;
     if (props.apiVersion < VK_API_VERSION_1_2) s.unusable = "needs Vulkan 1.2";
     else if (!v12.bufferDeviceAddress) s.unusable = "no bufferDeviceAddress";
     else if (!v12.scalarBlockLayout) s.unusable = "no scalarBlockLayout";
@@ -177,6 +178,7 @@ Device::Device(const std::string& selector, const std::string& precision) {
         throw Failure(CELLM_ERR_UNSUPPORTED, "vulkan: precision \"fast\" needs subgroup shuffles in compute shaders, which " +
                                                  name + " lacks");
     fast = precision == "fast" || (precision.empty() && chosen_summary.shuffle && !chosen_summary.cpu);
+    subgroup = chosen_summary.subgroup;
     VkPhysicalDeviceFeatures2 features{};
     features.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     features.pNext = &v12;

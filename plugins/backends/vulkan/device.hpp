@@ -20,6 +20,7 @@ struct DeviceSummary {
     uint32_t max_shared = 0, max_push = 0;
     bool float64 = false;           // shaderFloat64: the shaders can follow the reference's arithmetic exactly
     bool shuffle = false;           // subgroup shuffles in compute shaders, which precision "fast" needs
+    uint32_t subgroup = 0;          // invocations per subgroup
     bool cpu = false;               // a CPU implementation (lavapipe)
     std::string unusable;           // why cellm cannot use it, empty when it can
 };
@@ -69,6 +70,7 @@ public:
     uint64_t memory = 0;
     bool exact = false;          // shaders run with EXACT (common.glsl): the device has shaderFloat64
     bool fast = false;           // precision "fast": the fast kernels, and every other shader's ".f32" variant
+    uint32_t subgroup = 0;       // invocations per subgroup
     float timestamp_period = 0;  // nanoseconds per timestamp tick; 0 when the queue has no timestamps
 
     uint32_t memory_type(uint32_t allowed, bool host_visible) const;

@@ -140,8 +140,11 @@ Fusions find_fusions(const graph::Checked& graph, bool fast) {
             continue;
         bool all = true;
         int32_t last = static_cast<int32_t>(r);
+        // Every workgroup of a product takes the norm again: not worth it for a long output (the logits), where
+        // one norm dispatch and a barrier cost less than thousands of workgroups' norms.
         for (size_t c : readers[r]) {
-            all = all && vector_product(c) && nodes[c].src[1] == static_cast<int32_t>(r) && nodes[c].src[0] != static_cast<int32_t>(r);
+            all = all && vector_product(c) && nodes[c].src[1] == static_cast<int32_t>(r) &&
+                  nodes[c].src[0] != static_cast<int32_t>(r) && nodes[c].ne[0] < 16384;
             last = std::max(last, f.read_at[c]);
         }
         if (!all) continue;
@@ -321,9 +324,15 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         const Node& n = nodes[i];
         if (n.op != CELLM_OP_ATTENTION || !fast_attention(n, nodes)) continue;
         const int64_t n_tokens = node(n.src[0]).ne[2], context = node(n.src[3]).ne[0] * n.iparams[3];
-        if (n_tokens > 8) continue;  // prefill has rows enough to fill the device
-        // Each chunk takes an equal share of a row's keys, at least 16 of the longest context's.
-        chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(context / 16, 1, 32));
+        // Each chunk takes an equal share of a row's keys. Decode: shares of at least 16 keys of the longest
+        // context, up to 32; prefill: enough chunks for about 256 workgroups (a head's 16 tokens each), up to 8,
+        // with shares of at least 64 keys.
+        if (n_tokens <= 8) {
+            chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(context / 16, 1, 32));
+        } else {
+            const int64_t workgroups = n.iparams[0] * ((n_tokens + 15) / 16);
+            chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(std::min(256 / workgroups, context / 64), 1, 8));
+        }
         partials = std::max<uint64_t>(partials, static_cast<uint64_t>(n.iparams[0] * n_tokens) * chunks_of[i] *
                                                     static_cast<uint64_t>(n.iparams[2] + 2) * 4);
     }
@@ -432,6 +441,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                     d.groups = {u32((m + 63) / 64), u32((cols + 63) / 64), 1};
                 }
                 for (const Range& wr : writes_of) disjoint(wr, reads_of);
+                d.kind += " (type " + std::to_string(w.type) + (cols <= 8 ? ")" : ", tiled)");  // for the profile
                 emit(d, reads_of, writes_of);
                 break;
             }
@@ -576,7 +586,8 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
                 const uint64_t rows = static_cast<uint64_t>(n.iparams[0]) * static_cast<uint64_t>(q.ne[2]);
                 const VkDeviceAddress partial = arena_.address + partials_offset_;
                 const Range partial_range{partial, partial + rows * chunks * (head_dim + 2) * 4};
-                d.shader = "attention_fast_" + std::to_string(head_dim / 4);
+                const uint32_t parts = device_.subgroup >= head_dim / 16 ? head_dim / 16 : 4;
+                d.shader = "attention_fast_" + std::to_string(head_dim) + "_" + std::to_string(parts);
                 p << address(src(0)) << address(src(1)) << address(src(2)) << address(src(3)) << address(src(4))
                   << address(src(5)) << (chunks > 1 ? partial : address(i));
                 p << u32(n.iparams[0]) << u32(n.iparams[0] / n.iparams[1]) << u32(n.iparams[3]) << u32(n.iparams[4])
