@@ -7,6 +7,7 @@
 #
 # Per model:
 #   cellm, precision fast and exact: bench.sh vulkan (decode after a 128-token prompt, a 512-token prefill);
+#   cellm fast with 8 and 32 sessions: cellm-host bench --sessions N (aggregate decode, inter-token latency);
 #   cellm fast with 'profile = 1': dispatches, barriers and GPU time per op kind of the decode steps;
 #   llama.cpp: bench_llamacpp.sh (pp512, tg128, tg128 after 512 tokens).
 # $OUT/side_by_side.txt gets every table; $OUT/logs.tar.gz every log.
@@ -33,6 +34,15 @@ for model in "${models[@]}"; do
         if OUT="$scratch/$model-$precision" CELLM_GPU_MODEL=$model CELLM_GPU_REPS=${CELLM_GPU_REPS:-5} \
             CELLM_GPU_BACKEND_OPTS="precision = \"$precision\"" scripts/gpu/bench.sh vulkan; then :; else status=1; fi
         cat "$scratch/$model-$precision/summary.txt" >>"$report" || true
+        if [ $precision = fast ]; then cp /tmp/cellm-gpu/bench-vulkan.toml "$scratch/$model-fast.toml"; fi
+    done
+    # Many sessions on the scheduler (fast precision): aggregate decode tok/s and inter-token latency.
+    for sessions in 8 32; do
+        echo "== $model: cellm vulkan fast, $sessions sessions (128-token prompts, 64 decode steps each)" >>"$report"
+        if LD_LIBRARY_PATH=/tmp/cellm-gpu/lib VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json \
+            timeout 300 .gpu-carry/bin/cellm-host bench --manifest "$scratch/$model-fast.toml" --sessions $sessions \
+            --prompt-tokens 128 --gen-tokens 64 --repetitions 3 >>"$report" 2>"$scratch/$model-sessions$sessions.log"; then :
+        else status=1; fi
     done
     echo "== $model: cellm vulkan fast, profiled (timestamps after every dispatch; slower than unprofiled)" >>"$report"
     if OUT="$scratch/$model-profile" CELLM_GPU_MODEL=$model CELLM_GPU_REPS=1 CELLM_GPU_GEN=64 CELLM_GPU_VERBOSE=1 \

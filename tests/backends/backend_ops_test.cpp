@@ -1266,18 +1266,19 @@ TEST_F(VulkanFast, AttentionFollowsTheSoftmaxMath) {
                 std::vector<int32_t> table(size_t(2) * max_blocks);
                 for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7 + 3) % n_blocks);
                 auto slot_of = [&](int r, int j) { return table[size_t(r * max_blocks + j / bs)] * bs + j % bs; };
-                // Two sequences; decode: one token each at positions 100 and 37; prefill: 20 tokens, 12 of sequence 0
-                // and 8 of sequence 1, so that one workgroup's rows take two turns.
+                // Two sequences; decode: one token each at positions 100 and 37; prefill (past 64 tokens, a workgroup
+                // per head and 16 tokens): 72 tokens, 60 of sequence 0 and 12 of sequence 1, so that one
+                // workgroup's rows take two turns.
                 std::vector<int32_t> seq, pos;
                 if (decode) {
                     seq = {0, 1};
                     pos = {100, 37};
                 } else {
-                    for (int32_t p = 60; p < 72; ++p) {
+                    for (int32_t p = 40; p < 100; ++p) {
                         seq.push_back(0);
                         pos.push_back(p);
                     }
-                    for (int32_t p = 30; p < 38; ++p) {
+                    for (int32_t p = 26; p < 38; ++p) {
                         seq.push_back(1);
                         pos.push_back(p);
                     }

@@ -55,6 +55,10 @@ int rounding(cellm_dtype type) {
 }
 int64_t rounding_span(int r) { return r == 3 ? 256 : r == 1 || r == 2 ? 32 : 1; }
 
+// Steps of at most this many tokens (decode, one token of each of many sessions) give attention_fast.comp a
+// workgroup per token; longer ones (prefill of one prompt) a workgroup per head and 16 tokens.
+constexpr int64_t kByToken = 64;
+
 // Precision "fast": attention_fast.comp takes F32 and F16 pools whose rows start at multiples of 16 bytes, and
 // head_dim 64, 128 or 256.
 bool fast_attention(const Node& n, const std::vector<Node>& nodes) {
@@ -324,10 +328,10 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         const Node& n = nodes[i];
         if (n.op != CELLM_OP_ATTENTION || !fast_attention(n, nodes)) continue;
         const int64_t n_tokens = node(n.src[0]).ne[2], context = node(n.src[3]).ne[0] * n.iparams[3];
-        // Each chunk takes an equal share of a row's keys. Decode: shares of at least 16 keys of the longest
-        // context, up to 32; prefill: enough chunks for about 256 workgroups (a head's 16 tokens each), up to 8,
-        // with shares of at least 64 keys.
-        if (n_tokens <= 8) {
+        // Each chunk takes an equal share of a row's keys. Decode (a workgroup per token): shares of at least 16
+        // keys of the longest context, up to 32; prefill: enough chunks for about 256 workgroups (a head's 16
+        // tokens each), up to 8, with shares of at least 64 keys.
+        if (n_tokens <= kByToken) {
             chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(context / 16, 1, 32));
         } else {
             const int64_t workgroups = n.iparams[0] * ((n_tokens + 15) / 16);
@@ -582,7 +586,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             const Node& vp = node(src(2));
             if (fast && fast_attention(n, nodes)) {
                 const uint32_t chunks = chunks_of[idx], head_dim = u32(n.iparams[2]);
-                const bool by_token = q.ne[2] <= 8;
+                const bool by_token = q.ne[2] <= kByToken;
                 const uint64_t rows = static_cast<uint64_t>(n.iparams[0]) * static_cast<uint64_t>(q.ne[2]);
                 const VkDeviceAddress partial = arena_.address + partials_offset_;
                 const Range partial_range{partial, partial + rows * chunks * (head_dim + 2) * 4};
