@@ -1254,31 +1254,37 @@ TEST_F(VulkanFast, AttentionFollowsTheSoftmaxMath) {
     const int32_t n_head = 4, n_kv = 2, bs = 16, max_blocks = 8, n_blocks = 20, n_slots = n_blocks * bs;
     unsigned seed = 900;
     for (int32_t hd : {64, 128, 256})
-        for (bool decode : {true, false})
+        for (int mode = 0; mode < 3; ++mode)
             for (int variant = 0; variant < 2; ++variant) {
                 const int32_t window = variant == 1 ? 40 : 0;
                 const float scale = 1.0f / std::sqrt(float(hd)), cap = variant == 1 ? 3.0f : 0.0f;
                 const cellm_dtype k_type = variant == 0 ? CELLM_TYPE_F16 : CELLM_TYPE_F32;
                 const cellm_dtype v_type = variant == 0 ? CELLM_TYPE_F32 : CELLM_TYPE_F16;
-                SCOPED_TRACE("head_dim " + std::to_string(hd) + (decode ? ", decode" : ", prefill") + ", variant " + std::to_string(variant));
+                SCOPED_TRACE("head_dim " + std::to_string(hd) + ", mode " + std::to_string(mode) + ", variant " + std::to_string(variant));
                 clear_graph();
                 const int32_t kv_dim = n_kv * hd;
                 std::vector<int32_t> table(size_t(2) * max_blocks);
                 for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7 + 3) % n_blocks);
                 auto slot_of = [&](int r, int j) { return table[size_t(r * max_blocks + j / bs)] * bs + j % bs; };
-                // Two sequences; decode: one token each at positions 100 and 37; prefill (past 64 tokens, a workgroup
-                // per head and 16 tokens): 72 tokens, 60 of sequence 0 and 12 of sequence 1, so that one
-                // workgroup's rows take two turns.
+                // Two sequences. Mode 0, decode: one token each at positions 100 and 37. Mode 1, several sessions'
+                // decode (a workgroup per token too): 6 tokens each at 95..100 and 32..37. Mode 2, prefill (past 64
+                // tokens, a workgroup per head and 16 tokens, keys in two chunks): 136 tokens, 120 of sequence 0
+                // and 16 of sequence 1, so that one workgroup's rows take two turns.
                 std::vector<int32_t> seq, pos;
-                if (decode) {
+                if (mode == 0) {
                     seq = {0, 1};
                     pos = {100, 37};
+                } else if (mode == 1) {
+                    for (int32_t p = 0; p < 6; ++p) {
+                        seq.insert(seq.end(), {0, 1});
+                        pos.insert(pos.end(), {95 + p, 32 + p});
+                    }
                 } else {
-                    for (int32_t p = 40; p < 100; ++p) {
+                    for (int32_t p = 0; p < 120; ++p) {
                         seq.push_back(0);
                         pos.push_back(p);
                     }
-                    for (int32_t p = 26; p < 38; ++p) {
+                    for (int32_t p = 22; p < 38; ++p) {
                         seq.push_back(1);
                         pos.push_back(p);
                     }

@@ -25,6 +25,7 @@ const nlohmann::json& reference() {
 }
 
 const std::string kVulkanFast = "vulkan:precision=fast";
+constexpr double kFastTop20 = 0.98;  // fast precision's worst top-20 cosine against llama.cpp (see below)
 
 std::vector<std::string> built_backends() {
     std::vector<std::string> names;
@@ -197,21 +198,20 @@ void Parity::expect_llamacpp_agreement(bool decode) {
     // own variants range from 96.9% to 99.4%, and cellm's scalar backend moved between 96.5% and 97.5% when
     // only the summation order of a dot product changed).
     EXPECT_EQ(decisive_agree, decisive);
-    // No further from llama.cpp than llama.cpp is from itself. Fast precision's decode steps are held to the
-    // whole-vocabulary cosine (above, per position) but not the top-20 one: this model turns float noise into
-    // large moves of its top logits at a few positions (fast decode against fast prefill of the same tokens:
-    // cosine 0.9718 at one of the first prompt's), and the top-20 cosine there measures that noise, not a wrong op.
-    if (!decode) {
-        EXPECT_GE(worst_top20, self["worst_top20_cosine"].get<double>());
-    }
+    // No further from llama.cpp than llama.cpp is from itself (the whole-vocabulary cosine is checked above, per
+    // position). Fast precision's top-20 cosine has a bar of its own: this model turns float noise into large
+    // moves of its top logits at a few positions, and fast precision's worst top-20 cosine moved between 0.9818
+    // and 0.9937 when only a summation order changed (fast decode against fast prefill of the same tokens: cosine
+    // 0.9718 at one position), while a wrong op puts it far lower.
+    EXPECT_GE(worst_top20, GetParam() == kVulkanFast ? kFastTop20 : self["worst_top20_cosine"].get<double>());
 }
 
 
 // Every other backend against the scalar reference, which defines the ops: the same computation up to float
 // summation order, so the logits must be far closer to scalar's than to llama.cpp's.
-// Fast precision against exact on lavapipe, measured: cosine >= 0.9844, largest logit difference 1.84 (for scale,
-// an f32 KV cache moves exact's logits by 1.95). The bars leave room for other devices' float rounding; a wrong
-// op moves logits by far more.
+// Fast precision against exact on lavapipe, measured: cosine >= 0.9844 to 0.9895, largest logit difference 1.84
+// to 2.17 as the kernels' summation orders changed (for scale, an f32 KV cache moves exact's logits by 1.95). The
+// bars leave room for other devices' float rounding; a wrong op moves logits by far more.
 constexpr double kFastCosine = 0.98, kFastLargestDifference = 2.5;
 
 TEST_P(Parity, TeacherForcedLogitsMatchScalar) {

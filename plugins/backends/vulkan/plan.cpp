@@ -55,9 +55,13 @@ int rounding(cellm_dtype type) {
 }
 int64_t rounding_span(int r) { return r == 3 ? 256 : r == 1 || r == 2 ? 32 : 1; }
 
-// Steps of at most this many tokens (decode, one token of each of many sessions) give attention_fast.comp a
-// workgroup per token; longer ones (prefill of one prompt) a workgroup per head and 16 tokens.
-constexpr int64_t kByToken = 64;
+// Whether attention_fast.comp gets a workgroup per token: for decode (up to 8 tokens) and for steps of up to 64
+// tokens of several sequences (many sessions' decode); a prompt's prefill gets a workgroup per head and 16 tokens.
+bool attention_by_token(const Node& n, const std::vector<Node>& nodes) {
+    const int64_t n_tokens = nodes[static_cast<size_t>(n.src[0])].ne[2];
+    const int64_t n_seqs = nodes[static_cast<size_t>(n.src[3])].ne[1];  // the block table's rows
+    return n_tokens <= 8 || (n_tokens <= 64 && n_seqs > 1);
+}
 
 // Precision "fast": attention_fast.comp takes F32 and F16 pools whose rows start at multiples of 16 bytes, and
 // head_dim 64, 128 or 256.
@@ -328,14 +332,14 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         const Node& n = nodes[i];
         if (n.op != CELLM_OP_ATTENTION || !fast_attention(n, nodes)) continue;
         const int64_t n_tokens = node(n.src[0]).ne[2], context = node(n.src[3]).ne[0] * n.iparams[3];
-        // Each chunk takes an equal share of a row's keys. Decode (a workgroup per token): shares of at least 16
-        // keys of the longest context, up to 32; prefill: enough chunks for about 256 workgroups (a head's 16
-        // tokens each), up to 8, with shares of at least 64 keys.
-        if (n_tokens <= kByToken) {
+        // Each chunk takes an equal share of a row's keys. A workgroup per token: shares of at least 16 keys of
+        // the longest context, up to 32; prefill: enough chunks for about 256 workgroups (a head's 16 tokens
+        // each), up to 8, with shares of at least 64 of the step's tokens.
+        if (attention_by_token(n, nodes)) {
             chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(context / 16, 1, 32));
         } else {
             const int64_t workgroups = n.iparams[0] * ((n_tokens + 15) / 16);
-            chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(std::min(256 / workgroups, context / 64), 1, 8));
+            chunks_of[i] = static_cast<uint32_t>(std::clamp<int64_t>(std::min(256 / workgroups, n_tokens / 64), 1, 8));
         }
         partials = std::max<uint64_t>(partials, static_cast<uint64_t>(n.iparams[0] * n_tokens) * chunks_of[i] *
                                                     static_cast<uint64_t>(n.iparams[2] + 2) * 4);
@@ -586,7 +590,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             const Node& vp = node(src(2));
             if (fast && fast_attention(n, nodes)) {
                 const uint32_t chunks = chunks_of[idx], head_dim = u32(n.iparams[2]);
-                const bool by_token = q.ne[2] <= kByToken;
+                const bool by_token = attention_by_token(n, nodes);
                 const uint64_t rows = static_cast<uint64_t>(n.iparams[0]) * static_cast<uint64_t>(q.ne[2]);
                 const VkDeviceAddress partial = arena_.address + partials_offset_;
                 const Range partial_range{partial, partial + rows * chunks * (head_dim + 2) * 4};
