@@ -60,27 +60,10 @@ mkdir -p "$OUT" "$work"
 [ -x "$carry/bin/cellm-host" ] && [ -x "$carry/bin/cellm-make-model" ] ||
     die "$carry/bin has no cellm-host/cellm-make-model: run scripts/gpu/pack.sh BUILD_DIR here and carry .gpu-carry"
 
-# --- 1. The Vulkan loader (and GL libs) from .gl, as /work/.library/device/README.md says. -------------------
-setup=${CELLM_GPU_SETUP:-auto}
-if [ "$setup" = auto ]; then
-    setup=0
-    if [ "$(id -u)" = 0 ] && [ -d .gl ] && ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; then setup=1; fi
-fi
-if [ "$setup" = 1 ]; then
-    [ "$(id -u)" = 0 ] || die "CELLM_GPU_SETUP=1 unpacks into / and needs root"
-    ls .gl/*.deb >/dev/null 2>&1 || die "no .gl/*.deb: download them once as the device README says, and carry .gl"
-    say "unpacking $(ls .gl/*.deb | wc -l) loader debs from .gl into /"
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-else
-    say "loader setup skipped (CELLM_GPU_SETUP=${CELLM_GPU_SETUP:-auto})"
-fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -f "$icd" ]; then
-    export VK_DRIVER_FILES=$icd
-    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-    if [ -f "$egl" ]; then export __EGL_VENDOR_LIBRARY_FILENAMES=$egl; fi
-fi
+# --- 1. The Vulkan loader (and GL libs) from .gl (scripts/gpu/loader.sh). --------------------------------------
+# shellcheck source=scripts/gpu/loader.sh
+. "$root/scripts/gpu/loader.sh"
+setup_vulkan_loader
 
 # --- 2. Shared libraries: .gpu-carry/lib (xz-compressed ones unpacked), lib-compat only when needed. --------
 libdir="$work/lib"
@@ -121,7 +104,7 @@ host="$carry/bin/cellm-host"
     else
         say "GPU: no nvidia-smi here"
     fi
-    say "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: $icd not found)}"
+    say "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: no NVIDIA ICD found)}"
     say "libvulkan: $(ldconfig -p 2>/dev/null | grep -m1 'libvulkan\.so\.1' | sed 's/.*=> //' || true)"
     say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
     say "model: $model_name (CELLM_GPU_MODEL), synthetic: $model"

@@ -69,27 +69,10 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-# --- 1. The Vulkan loader (and GL libs) from .gl, exactly as scripts/gpu/bench.sh does it. ------------------
-setup=${CELLM_GPU_SETUP:-auto}
-if [ "$setup" = auto ]; then
-    setup=0
-    if [ "$(id -u)" = 0 ] && [ -d .gl ] && ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1'; then setup=1; fi
-fi
-if [ "$setup" = 1 ]; then
-    [ "$(id -u)" = 0 ] || die "CELLM_GPU_SETUP=1 unpacks into / and needs root"
-    ls .gl/*.deb >/dev/null 2>&1 || die "no .gl/*.deb: download them once as scripts/gpu/README.md says, and carry .gl"
-    say "unpacking $(ls .gl/*.deb | wc -l) loader debs from .gl into /"
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-else
-    say "loader setup skipped (CELLM_GPU_SETUP=${CELLM_GPU_SETUP:-auto})"
-fi
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-if [ -f "$icd" ]; then
-    export VK_DRIVER_FILES=$icd
-    egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
-    if [ -f "$egl" ]; then export __EGL_VENDOR_LIBRARY_FILENAMES=$egl; fi
-fi
+# --- 1. The Vulkan loader (and GL libs) from .gl (scripts/gpu/loader.sh). --------------------------------------
+# shellcheck source=scripts/gpu/loader.sh
+. "$root/scripts/gpu/loader.sh"
+setup_vulkan_loader
 
 # --- 2. llama-bench and its libraries, .xz ones unpacked; lib-compat only when needed. ----------------------
 rm -rf "${work:?}/bin" "${work:?}/lib"
@@ -132,7 +115,7 @@ log="$OUT/llamacpp.log"
     else
         say "GPU: no nvidia-smi here"
     fi
-    say "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: $icd not found)}"
+    say "VK_DRIVER_FILES=${VK_DRIVER_FILES:-(unset: no NVIDIA ICD found)}"
     say "libvulkan: $(ldconfig -p 2>/dev/null | grep -m1 'libvulkan\.so\.1' | sed 's/.*=> //' || true)"
     env | grep '^GGML_VK_' | sed 's/^/== bench_llamacpp.sh: env: /' || true
     if [ -f "$carry/PACKED" ]; then sed 's/^/   .gpu-llama\/PACKED: /' "$carry/PACKED"; fi
