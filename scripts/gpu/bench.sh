@@ -66,35 +66,7 @@ mkdir -p "$OUT" "$work"
 setup_vulkan_loader
 
 # --- 2. Shared libraries: .gpu-carry/lib (xz-compressed ones unpacked), lib-compat only when needed. --------
-libdir="$work/lib"
-rm -rf "$libdir"
-mkdir -p "$libdir"
-cp -a "$carry/lib/." "$libdir/"
-for z in "$libdir"/*.xz; do
-    [ -e "$z" ] || continue
-    if command -v xz >/dev/null; then
-        xz -dc "$z" >"${z%.xz}"
-    else
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$z" "${z%.xz}"
-    fi
-    rm -f "$z"
-done
-objs=("$carry/bin/cellm-host" "$carry/bin/cellm-make-model" "$carry"/bin/plugins/*.so)
-unresolved() { LD_LIBRARY_PATH=$1 ldd "${objs[@]}" 2>&1 | grep 'not found' || true; }
-export LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if unresolved "$LD_LIBRARY_PATH" | grep -qE 'libstdc\+\+|libgcc_s|GLIBCXX|CXXABI|GCC_[0-9]'; then
-    # Only then: a newer system libstdc++ must win, since the NVIDIA driver's libraries may need it.
-    say "this machine's libstdc++/libgcc_s are missing or too old: using .gpu-carry/lib-compat"
-    export LD_LIBRARY_PATH="$carry/lib-compat:$LD_LIBRARY_PATH"
-fi
-still=$(unresolved "$LD_LIBRARY_PATH")
-if [ -n "$still" ]; then
-    echo "$still" >&2
-    if echo "$still" | grep -q libvulkan; then
-        echo "bench.sh: libvulkan.so.1 is not found: carry .gl and let the setup run (CELLM_GPU_SETUP=1)" >&2
-    fi
-    die "unresolved shared libraries (above)"
-fi
+use_carried_libraries "$carry" "$work/lib" "$carry/bin/cellm-host" "$carry/bin/cellm-make-model" "$carry"/bin/plugins/*.so
 
 host="$carry/bin/cellm-host"
 {

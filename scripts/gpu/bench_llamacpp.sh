@@ -75,34 +75,11 @@ done
 setup_vulkan_loader
 
 # --- 2. llama-bench and its libraries, .xz ones unpacked; lib-compat only when needed. ----------------------
-rm -rf "${work:?}/bin" "${work:?}/lib"
-mkdir -p "$work/bin" "$work/lib"
+rm -rf "${work:?}/bin"
+mkdir -p "$work/bin"
 cp -a "$carry/bin/llama-bench" "$work/bin/"
-cp -a "$carry/lib/." "$work/lib/"
-for z in "$work"/lib/*.xz; do
-    [ -e "$z" ] || continue
-    if command -v xz >/dev/null; then
-        xz -dc "$z" >"${z%.xz}"
-    else
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$z" "${z%.xz}"
-    fi
-    rm -f "$z"
-done
 bench="$work/bin/llama-bench"
-unresolved() { LD_LIBRARY_PATH=$1 ldd "$bench" 2>&1 | grep 'not found' || true; }
-export LD_LIBRARY_PATH="$work/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if unresolved "$LD_LIBRARY_PATH" | grep -qE 'libstdc\+\+|libgcc_s|GLIBCXX|CXXABI|GCC_[0-9]'; then
-    say "this machine's libstdc++/libgcc_s are missing or too old: using .gpu-llama/lib-compat"
-    export LD_LIBRARY_PATH="$carry/lib-compat:$LD_LIBRARY_PATH"
-fi
-still=$(unresolved "$LD_LIBRARY_PATH")
-if [ -n "$still" ]; then
-    echo "$still" >&2
-    if echo "$still" | grep -q libvulkan; then
-        echo "bench_llamacpp.sh: libvulkan.so.1 is not found: carry .gl and let the setup run (CELLM_GPU_SETUP=1)" >&2
-    fi
-    die "unresolved shared libraries (above)"
-fi
+use_carried_libraries "$carry" "$work/lib" "$bench"
 
 # --- 3. The machine, the GPU, the Vulkan device llama.cpp sees. ----------------------------------------------
 md="$OUT/llamacpp.md"
