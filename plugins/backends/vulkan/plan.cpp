@@ -101,21 +101,18 @@ Fusions find_fusions(const graph::Checked& graph, bool fast) {
     Fusions f{std::vector<int32_t>(count, -1), std::vector<int32_t>(count, -1), std::vector<bool>(count, false),
               std::vector<bool>(count, false), std::vector<int32_t>(count), std::vector<int32_t>(count, -1),
               std::vector<int32_t>(count, -1)};
-    std::vector<int> uses(count, 0);
     std::vector<bool> is_output(count, false);
-    std::vector<std::vector<size_t>> readers(count);
+    std::vector<std::vector<size_t>> readers(count);  // one entry per source slot that reads the node
     for (size_t j = 0; j < count; ++j) {
         f.read_at[j] = static_cast<int32_t>(j);
         for (int32_t s : nodes[j].src)
-            if (s >= 0) {
-                ++uses[static_cast<size_t>(s)];
-                readers[static_cast<size_t>(s)].push_back(j);
-            }
+            if (s >= 0) readers[static_cast<size_t>(s)].push_back(j);
     }
+    const auto uses = [&](size_t j) { return readers[j].size(); };
     for (int32_t o : graph.outputs) is_output[static_cast<size_t>(o)] = true;
 
     for (size_t j = 0; j + 1 < count; ++j) {
-        if (nodes[j].op != CELLM_OP_MATMUL || uses[j] != 1 || nodes[j + 1].op != CELLM_OP_ADD || is_output[j]) continue;
+        if (nodes[j].op != CELLM_OP_MATMUL || uses(j) != 1 || nodes[j + 1].op != CELLM_OP_ADD || is_output[j]) continue;
         const auto i = static_cast<int32_t>(j);
         const Node& add = nodes[j + 1];
         const int32_t other = add.src[0] == i ? add.src[1] : add.src[1] == i ? add.src[0] : -1;
@@ -132,7 +129,7 @@ Fusions find_fusions(const graph::Checked& graph, bool fast) {
         const Node& n = nodes[g];
         if (n.op != CELLM_OP_GLU || (n.iparams[0] != 0 && n.iparams[0] != 1) || n.src[0] == n.src[1]) continue;
         const auto gate = static_cast<size_t>(n.src[0]), up = static_cast<size_t>(n.src[1]);
-        if (!vector_product(gate) || !vector_product(up) || uses[gate] != 1 || uses[up] != 1 || is_output[gate] ||
+        if (!vector_product(gate) || !vector_product(up) || uses(gate) != 1 || uses(up) != 1 || is_output[gate] ||
             is_output[up])
             continue;
         const Node &wg = node(nodes[gate].src[0]), &wu = node(nodes[up].src[0]);
