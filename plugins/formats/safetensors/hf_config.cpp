@@ -125,9 +125,19 @@ HfConfig read_config(const json& config, const std::string& file, MetaTable& met
     const auto eps = c.optional_number("rms_norm_eps");
     if (!eps) c.fail(CELLM_ERR_NOT_FOUND, "missing 'rms_norm_eps'");
     meta.add_f32(k + "attention.layer_norm_rms_epsilon", *eps);
-    if (const auto theta = c.optional_number("rope_theta")) meta.add_f32(k + "rope.freq_base", *theta);
+    // transformers 5 writes the RoPE settings as one rope_parameters object (rope_theta and the scaling type
+    // together); earlier versions wrote rope_theta and rope_scaling at the top level.
+    const json* rope = c.find("rope_parameters");
+    if (rope != nullptr && !rope->is_object()) c.fail(CELLM_ERR_CORRUPT, "'rope_parameters' is not an object");
+    const ConfigReader rope_reader(rope != nullptr ? *rope : config, file);
+    if (const auto theta = rope_reader.optional_number("rope_theta")) meta.add_f32(k + "rope.freq_base", *theta);
 
-    if (const json* scaling = c.find("rope_scaling")) {
+    const json* scaling = c.find("rope_scaling");
+    if (rope != nullptr) {
+        const json* type = rope_reader.find("rope_type");
+        scaling = type != nullptr && *type == "default" ? nullptr : rope;
+    }
+    if (scaling != nullptr) {
         const json* type = scaling->is_object() && scaling->contains("rope_type") ? &(*scaling)["rope_type"]
                            : scaling->is_object() && scaling->contains("type")    ? &(*scaling)["type"]
                                                                                    : nullptr;
