@@ -23,11 +23,22 @@ typedef struct cellm_arch_info {
     int32_t n_vocab;     /* rows of the logits */
     int32_t n_embd;
     int32_t n_ctx_train; /* context length the model was trained for */
-    int32_t kv_dim;      /* width of one token's K (and V) row per layer: n_head_kv * head_dim */
+    int32_t kv_dim;      /* width of one token's K (and V) row per layer: n_head_kv * head_dim; for an arch with
+                          * get_layer_info (since 1.2), the widest layer's, and the host sizes each layer apart */
     /* Since 1.1. KV heads, so that a q8 KV cache keeps one scale per token and head; 0 when unknown (a
      * plugin built for 1.0 leaves it so), and the host then scales runs of 32 values instead. */
     int32_t n_head_kv;
 } cellm_arch_info;
+
+/* Since 1.2. One layer's paged KV pools, for archs whose layers differ: Gemma 4's global layers have wider heads
+ * than its local ones, a layer may read another layer's pools instead of keeping its own, and a recurrent layer
+ * keeps none. Filled by get_layer_info. */
+typedef struct cellm_arch_layer_info {
+    size_t struct_size;
+    int32_t kv_dim;    /* width of one token's K (and V) row in this layer's pools; 0 = the layer has no pools, and
+                        * a CELLM_OP_KV_CACHE leaf naming it fails the build */
+    int32_t n_head_kv; /* KV heads in that row (an I8 cache keeps one scale per token and head); 0 when unknown */
+} cellm_arch_layer_info;
 
 /* The shape of one step. Every graph built for the same shape has the same nodes, so a backend plan made
  * for it can be executed again for any batch of that shape. */
@@ -74,6 +85,11 @@ typedef struct cellm_arch_iface {
      * F32 [n_vocab, shape->n_outputs], for the rows CELLM_INPUT_OUTPUT_ROWS names. */
     cellm_status* (*build_graph)(const cellm_arch_model* model, const cellm_batch_shape* shape,
                                  const cellm_graph_builder* builder);
+
+    /* Since 1.2 (optional: NULL, or a plugin of an earlier minor, means every layer has cellm_arch_info's kv_dim
+     * and n_head_kv). Fills `out` (caller sets out->struct_size) for layer 0 <= layer < n_layer; called after
+     * get_info, once per layer, from the thread that loaded the model. */
+    cellm_status* (*get_layer_info)(const cellm_arch_model* model, int32_t layer, cellm_arch_layer_info* out);
 } cellm_arch_iface;
 
 #ifdef __cplusplus

@@ -23,7 +23,7 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
     if (options.max_sequences < 1) throw Error("the engine needs room for at least one sequence");
     int64_t n_blocks = 0;
     if (options.kv_memory > 0) {
-        const uint64_t block_bytes = KvCache::bytes_per_token(model.info(), options.kv_type) *
+        const uint64_t block_bytes = KvCache::bytes_per_token(model.layers(), options.kv_type) *
                                      static_cast<uint64_t>(options.block_size);
         n_blocks = static_cast<int64_t>(options.kv_memory / block_bytes);
         if (n_blocks < 1) {
@@ -36,7 +36,7 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
     }
     if (n_blocks * options.block_size > max_slots) throw Error("the KV cache would hold more than 2^28 token slots");
     weights_ = std::make_unique<WeightStore>(backend, model.file().view());
-    kv_ = std::make_unique<KvCache>(backend, model.info(), static_cast<int32_t>(n_blocks), options.block_size,
+    kv_ = std::make_unique<KvCache>(backend, model.layers(), static_cast<int32_t>(n_blocks), options.block_size,
                                     options.kv_type);
     // Build the decode graph now, so a backend that cannot run this model says so before any prompt.
     graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size});

@@ -3,6 +3,8 @@
 #include "error.h"
 #include "plugin/host_api.h"
 
+#include <cstddef>
+
 namespace cellm {
 
 std::unique_ptr<Model> Model::load(const PluginRegistry& registry, const std::filesystem::path& path,
@@ -29,12 +31,33 @@ std::unique_ptr<Model> Model::load(const PluginRegistry& registry, const std::fi
     check(iface->load(&model->file_->view(), &model->arch_model_), where);
     model->info_.struct_size = sizeof(cellm_arch_info);
     check(iface->get_info(model->arch_model_, &model->info_), where);
+    model->read_layers(where);
     model->tokenizer_ = Tokenizer::from_model(model->file_->view());
     if (model->tokenizer_->n_vocab() > model->info_.n_vocab) {
         throw Error(where + ": the tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
                     " tokens but the model only " + std::to_string(model->info_.n_vocab) + " logits");
     }
     return model;
+}
+
+void Model::read_layers(const std::string& where) {
+    if (info_.n_layer < 1 || info_.n_layer > (1 << 16)) {
+        throw Error(where + ": the arch reports " + std::to_string(info_.n_layer) + " layers");
+    }
+    const cellm_plugin_desc& desc = *arch_plugin_->desc;
+    const cellm_arch_iface* iface = arch_plugin_->arch();
+    const bool per_layer = desc.abi_minor >= 2 &&
+                           iface->struct_size >= offsetof(cellm_arch_iface, get_layer_info) + sizeof(iface->get_layer_info) &&
+                           iface->get_layer_info != nullptr;
+    layers_.assign(static_cast<size_t>(info_.n_layer), cellm_arch_layer_info{sizeof(cellm_arch_layer_info), info_.kv_dim, info_.n_head_kv});
+    for (int32_t il = 0; per_layer && il < info_.n_layer; ++il) {
+        cellm_arch_layer_info& layer = layers_[static_cast<size_t>(il)];
+        check(iface->get_layer_info(arch_model_, il, &layer), where);
+        if (layer.kv_dim < 0 || layer.kv_dim > (1 << 20) || layer.n_head_kv < 0 || layer.n_head_kv > layer.kv_dim) {
+            throw Error(where + ": the arch reports layer " + std::to_string(il) + " with a K/V row of " +
+                        std::to_string(layer.kv_dim) + " values in " + std::to_string(layer.n_head_kv) + " heads");
+        }
+    }
 }
 
 Model::~Model() {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cellm {
 
@@ -26,15 +27,19 @@ public:
     const Plugin& arch_plugin() const { return *arch_plugin_; }
     const cellm_arch_model* arch_model() const { return arch_model_; }
     const cellm_arch_info& info() const { return info_; }
+    // Every layer's KV row (ABI 1.2's get_layer_info, or info()'s kv_dim and n_head_kv for each layer).
+    const std::vector<cellm_arch_layer_info>& layers() const { return layers_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }
     const std::string& architecture() const { return architecture_; }
 
 private:
     Model() = default;
+    void read_layers(const std::string& where);
     std::unique_ptr<ModelFile> file_;
     const Plugin* arch_plugin_ = nullptr;
     cellm_arch_model* arch_model_ = nullptr;
     cellm_arch_info info_{};
+    std::vector<cellm_arch_layer_info> layers_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::string architecture_;
 };

@@ -101,8 +101,13 @@ TEST(Abi10Plugin, HostReadsNoKvHeadsAndFallsBackToRunsOf32) {
     EXPECT_EQ(a.kv_dim, b.kv_dim);
     EXPECT_EQ(a.n_head_kv, 0) << "a 1.0 plugin cannot have written n_head_kv";
     ASSERT_EQ(b.n_head_kv, 2);  // the tiny preset: 2 KV heads of 64, so per-head scales differ from runs of 32
-    EXPECT_EQ(KvCache::scale_runs(a), a.kv_dim / 32);
-    EXPECT_EQ(KvCache::scale_runs(b), b.n_head_kv);
+    // A 1.0 plugin has no get_layer_info: every layer takes get_info's row.
+    ASSERT_EQ(old.model->layers().size(), static_cast<size_t>(a.n_layer));
+    for (const cellm_arch_layer_info& layer : old.model->layers()) {
+        EXPECT_EQ(layer.kv_dim, a.kv_dim);
+        EXPECT_EQ(KvCache::scale_runs(layer), a.kv_dim / 32);
+    }
+    EXPECT_EQ(KvCache::scale_runs(current.model->layers()[0]), b.n_head_kv);
     // One byte per value and one float per run of 32, per token, layer, K and V.
     const auto runs_of_32 = 2u * static_cast<uint64_t>(a.n_layer) * static_cast<uint64_t>(a.kv_dim + a.kv_dim / 32 * 4);
     EXPECT_EQ(old.engine->kv_cache().bytes_per_token(), runs_of_32);

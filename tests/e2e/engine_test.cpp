@@ -97,7 +97,7 @@ TEST(Engine, Q8KvCacheStaysCloseToF32) {
             const cellm_arch_info& info = s.model->info();
             ASSERT_GT(info.n_head_kv, 0);
             EXPECT_EQ(s.engine->kv_cache().bytes_per_token(),
-                      KvCache::bytes_per_token(info, CELLM_TYPE_F16) / 2 + 2u * static_cast<uint64_t>(info.n_layer * info.n_head_kv) * 4u);
+                      KvCache::bytes_per_token(s.model->layers(), CELLM_TYPE_F16) / 2 + 2u * static_cast<uint64_t>(info.n_layer * info.n_head_kv) * 4u);
         }
     }
     const size_t n_vocab = f32.size() / tokens.size();

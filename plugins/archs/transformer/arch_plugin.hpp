@@ -9,6 +9,9 @@
 //       using Model = ...;  // has `const cellm_model_view* view` and `Hparams hp`
 //       static Model load(const cellm_model_view& view);  // throws plugin::Failure
 //       static void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g);
+//       // Optional, for archs whose layers' KV pools differ (ABI 1.2's get_layer_info); without it every layer
+//       // has hp.kv_dim() and hp.n_head_kv.
+//       static LayerKv layer_kv(const Model& model, int32_t layer);
 //   };
 #pragma once
 
@@ -18,9 +21,16 @@
 
 #include <cellm/abi.h>
 
+#include <cstdint>
 #include <string>
 
 namespace cellm::transformer {
+
+// One layer's K/V row: its width (0 = no pools of its own) and its KV heads.
+struct LayerKv {
+    int32_t kv_dim = 0;
+    int32_t n_head_kv = 0;
+};
 
 template <class Arch>
 class ArchPlugin {
@@ -84,8 +94,33 @@ private:
         });
     }
 
+    static cellm_status* get_layer_info(const cellm_arch_model* model, int32_t layer, cellm_arch_layer_info* out) {
+        return plugin::guard([&]() -> cellm_status* {
+            if (model == nullptr || out == nullptr || !CELLM_HAS_FIELD(out, cellm_arch_layer_info, n_head_kv)) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("get_layer_info needs a model and a cellm_arch_layer_info"));
+            }
+            const Model& m = model_of(model);
+            if (layer < 0 || layer >= m.hp.n_layer) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("get_layer_info: no such layer"));
+            }
+            const LayerKv kv = Arch::layer_kv(m, layer);
+            out->kv_dim = kv.kv_dim;
+            out->n_head_kv = kv.n_head_kv;
+            return nullptr;
+        });
+    }
+
+    // NULL for archs whose layers all share hp's geometry: the host then uses get_info's.
+    static constexpr decltype(cellm_arch_iface::get_layer_info) layer_info_fn() {
+        if constexpr (requires(const Model& m) { Arch::layer_kv(m, int32_t{0}); }) {
+            return get_layer_info;
+        } else {
+            return nullptr;
+        }
+    }
+
     static constexpr cellm_arch_iface kIface = {
-        sizeof(cellm_arch_iface), Arch::kArchitectures, load, destroy, get_info, build_graph,
+        sizeof(cellm_arch_iface), Arch::kArchitectures, load, destroy, get_info, build_graph, layer_info_fn(),
     };
     static constexpr cellm_plugin_desc kDesc = {
         sizeof(cellm_plugin_desc), CELLM_ABI_MAJOR, CELLM_ABI_MINOR, CELLM_PLUGIN_ARCH,
