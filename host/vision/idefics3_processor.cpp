@@ -79,7 +79,8 @@ void append_frame(const Image& image, int x0, int y0, int tile, const Idefics3Co
 Idefics3Image preprocess_idefics3(const Image& image, const Idefics3Config& config) {
     if (config.longest_edge < 1 || config.tile < 1)
         throw Error("idefics3: longest_edge and tile must be positive");
-    if (image.width < 1 || image.height < 1 || image.rgb.size() != std::size_t(image.width) * std::size_t(image.height) * 3)
+    if (image.width < 1 || image.height < 1 ||
+        image.rgb.size() != std::size_t(image.width) * std::size_t(image.height) * 3)
         throw Error("idefics3: the image has no pixels or a wrong buffer size");
     const int tile = config.tile;
     const Size first = fit_longest_edge({image.height, image.width}, config.longest_edge);
@@ -142,7 +143,8 @@ std::string expand_image_tokens(std::string_view text, std::span<const Idefics3I
     std::string out;
     std::size_t used = 0;
     std::size_t at = 0;
-    for (std::size_t found; (found = text.find(kImageToken, at)) != std::string_view::npos; at = found + kImageToken.size()) {
+    for (std::size_t found; (found = text.find(kImageToken, at)) != std::string_view::npos;
+         at = found + kImageToken.size()) {
         if (used == images.size())
             throw Error("the prompt has more " + std::string(kImageToken) + " than the " +
                         std::to_string(images.size()) + " images given");

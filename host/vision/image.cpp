@@ -27,7 +27,8 @@ int exif_orientation(std::span<const std::uint8_t> exif) {
     const bool little = exif[0] == 'I' && exif[1] == 'I';
     if (!little && !(exif[0] == 'M' && exif[1] == 'M')) return 1;
     auto u16 = [&](std::size_t at) {
-        return little ? unsigned(exif[at]) | unsigned(exif[at + 1]) << 8 : unsigned(exif[at]) << 8 | unsigned(exif[at + 1]);
+        return little ? unsigned(exif[at]) | unsigned(exif[at + 1]) << 8
+                      : unsigned(exif[at]) << 8 | unsigned(exif[at + 1]);
     };
     auto u32 = [&](std::size_t at) {
         return little ? std::uint32_t{u16(at)} | std::uint32_t{u16(at + 2)} << 16

@@ -112,11 +112,12 @@ DecodedImage decode_jpeg(std::span<const std::uint8_t> bytes, const std::string&
             // PIL reads every CMYK JPEG as Adobe writes them, with inverted samples ("CMYK;I").
             const std::uint8_t* cmyk = &data[4 * i];
             const unsigned k = 255u - cmyk[3];
-            for (int c = 0; c < 3; ++c) out.image.rgb[3 * i + static_cast<std::size_t>(c)] = cmyk_channel(255u - cmyk[c], k);
+            for (std::size_t c = 0; c < 3; ++c) out.image.rgb[3 * i + c] = cmyk_channel(255u - cmyk[c], k);
         }
     }
     for (jpeg_saved_marker_ptr marker = cinfo.marker_list; marker; marker = marker->next) {
-        if (marker->marker == JPEG_APP0 + 1 && marker->data_length > 6 && std::memcmp(marker->data, "Exif\0\0", 6) == 0) {
+        const bool exif = marker->data_length > 6 && std::memcmp(marker->data, "Exif\0\0", 6) == 0;
+        if (marker->marker == JPEG_APP0 + 1 && exif) {
             out.exif.assign(marker->data + 6, marker->data + marker->data_length);
             break;
         }
