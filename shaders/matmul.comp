@@ -1,8 +1,9 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
-// out = W x (+ residual) for the float and K-quant weight types (WEIGHT_TYPE), x rounded as that type's dot
+// out = W x (+ residual) for the float weight types (WEIGHT_TYPE F32, F16, BF16), x rounded as that type's dot
 // product sees it (round_activations.comp). The reference sums these products in double, so any float order is
-// as close to it as another; the Q8-block types, whose order is fixed, are matmul_q8.comp's. Three shapes:
+// as close to it as another; the quantized types, whose products are integer-defined, are matmul_q8.comp's and
+// matmul_q8k.comp's. Three shapes:
 //  - TILED 0, up to 8 columns: a row per 32 lanes, each lane a strided part of the row, then a tree sum;
 //  - TILED 0 with ROUNDING, one column (decode): the same, but each workgroup rounds x into shared memory
 //    itself, which saves the rounding dispatch and the barrier after it;

@@ -8,9 +8,9 @@
 layout(local_size_x = 64) in;
 layout(push_constant, scalar) uniform Push {
     Floats x;        // F32 [k, n]
-    Words codes;     // ROUNDING 1, 2: I8 [k, n], four to a word; else F32 [k, n]
-    Floats scales;   // F32 [k / 32, n] (ROUNDING 1, 2)
-    Floats sums;     // F32 [k / 32, n] (ROUNDING 1, 2)
+    Words codes;     // ROUNDING 1 to 3: I8 [k, n], four to a word; else F32 [k, n]
+    Floats scales;   // F32 [k / SPAN, n] (ROUNDING 1 to 3)
+    Floats sums;     // F32 [k / 32, n] (ROUNDING 1, 2), [k / 16, n] (ROUNDING 3)
     uint k, n;
 } pc;
 

@@ -1,12 +1,16 @@
 // weight_at(p, o, i): element i of the row that starts at byte o of a WEIGHT_TYPE tensor, with the float operations
 // in the order of blocks.cpp (and ggml), so values are bit-equal to the reference's. For the types whose
 // products meet Q8 activation blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), lane_codes gives the integer codes of one
-// lane of a block (see matmul_q8.comp) and block_scale / block_min its fp16 scale and min.
+// lane of a block (see matmul_q8.comp) and block_scale / block_min its fp16 scale and min; for the K-quants,
+// k_codes and the sub-block scales below serve matmul_q8k.comp.
 #if WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_1
 #define AFFINE 1
 #endif
 #if WEIGHT_TYPE == T_Q4_0 || WEIGHT_TYPE == T_Q4_1 || WEIGHT_TYPE == T_Q5_0 || WEIGHT_TYPE == T_Q5_1 || WEIGHT_TYPE == T_Q8_0
 #define Q8_DOT 1
+#endif
+#if WEIGHT_TYPE == T_Q4_K || WEIGHT_TYPE == T_Q5_K || WEIGHT_TYPE == T_Q6_K
+#define Q8K_DOT 1
 #endif
 
 #if WEIGHT_TYPE == T_F32
@@ -132,6 +136,54 @@ uint lane_codes(Words p, uint b, uint l) {
     uint word = 0u;
     for (uint i = 0u; i < 4u; ++i) word |= (uint(int((u >> (8u * i)) & 0xFFu) - offset) & 0xFFu) << (8u * i);
     return word;
+#endif
+}
+#endif
+
+#ifdef Q8K_DOT
+// The K-quants, whose products meet Q8_K activation blocks (matmul_q8k.comp): a block of 256 is SUBS sub-blocks
+// of SUB elements, each with an integer scale and (Q4_K, Q5_K) min, under the block's fp16 scale (and min).
+// k_codes gives the codes of elements 4 w .. 4 w + 3 of the block at byte b as the bytes of one word (element
+// 4 w lowest); Q6_K's are the stored 0 .. 63, without their offset of 32.
+#if WEIGHT_TYPE == T_Q6_K
+const uint SUB = 16u;
+float block_scale(Words p, uint b) { return half_at(p, b + 208u); }
+#else
+#define K_AFFINE 1
+const uint SUB = 32u;
+float block_scale(Words p, uint b) { return half_at(p, b); }
+float block_min(Words p, uint b) { return half_at(p, b + 2u); }
+#endif
+const uint SUBS = 256u / SUB;
+
+// Sub-block s's scale and min (Q6_K: a signed scale, min 0).
+void sub_scale_min(Words p, uint b, uint s, out int scale, out int min) {
+#if WEIGHT_TYPE == T_Q6_K
+    scale = int(byte_at(p, b + 192u + s) << 24) >> 24;
+    min = 0;
+#else
+    uint sc, mn;
+    k_scale_min(p, b + 4u, s, sc, mn);
+    scale = int(sc);
+    min = int(mn);
+#endif
+}
+
+uint k_codes(Words p, uint b, uint w) {
+#if WEIGHT_TYPE == T_Q6_K
+    const uint e = 4u * w, h = e / 128u, k = (e % 128u) / 32u, l = e % 32u;
+    const uint low = (word_at(p, b + 64u * h + l + 32u * (k % 2u)) >> (k < 2u ? 0u : 4u)) & 0x0F0F0F0Fu;
+    const uint high = (word_at(p, b + 128u + 32u * h + l) >> (2u * k)) & 0x03030303u;
+    return low | (high << 4);
+#else
+    const uint s = w / 8u, l = 4u * (w % 8u);
+    const uint codes = b + (WEIGHT_TYPE == T_Q4_K ? 16u : 48u) + 32u * (s / 2u) + l;
+    const uint low = (word_at(p, codes) >> (4u * (s & 1u))) & 0x0F0F0F0Fu;
+#if WEIGHT_TYPE == T_Q5_K
+    return low | (((word_at(p, b + 16u + l) >> s) & 0x01010101u) << 4);
+#else
+    return low;
+#endif
 #endif
 }
 #endif

@@ -540,6 +540,10 @@ protected:
         return scalar != nullptr ? scalar->iface : nullptr;
     }
     bool host_memory() const { return (info().flags & CELLM_BACKEND_HOST_MEMORY) != 0; }
+    // Whether products of the integer-defined types (Q8 and Q8_K dots) equal scalar's bit for bit: on the CPU
+    // backends, and on the vulkan backend's exact precision (docs/vulkan.md) on devices with shaderFloat64 such
+    // as lavapipe, where its tests run.
+    bool integer_products_exact() const { return host_memory() || GetParam().name == "vulkan"; }
 };
 
 std::string test_name(const ::testing::TestParamInfo<BackendPlugin>& info) {
@@ -613,9 +617,10 @@ TEST_P(BackendOps, MatmulAndGetRowsForEveryWeightType) {
 
 // Column counts around where fast backends change method (one column, a few, eight, a remainder past 32) and
 // m = 37 rows, so that row tiles end in remainders too. The block formats with a Q8 or Q8_K dot are integer sums
-// that CPU backends compute exactly as the scalar reference does, at any column count (matmul.hpp of openblas).
+// that CPU backends (matmul.hpp of openblas) and vulkan's exact precision compute exactly as the scalar reference
+// does, at any column count.
 TEST_P(BackendOps, MatmulWithManyColumns) {
-    const bool cpu = host_memory();
+    const bool bit_equal = integer_products_exact();
     Instance scalar;
     ASSERT_NE(scalar_iface(), nullptr);
     ASSERT_EQ(scalar.open(scalar_iface()), "");
@@ -638,18 +643,47 @@ TEST_P(BackendOps, MatmulWithManyColumns) {
         for (size_t i = 0; i < cases.size(); ++i) {
             SCOPED_TRACE(cases[i].label());
             expect_near_all(results[i], matmul_reference(cases[i].weights(), cases[i].x(), cases[i].n), 1e-5f, "matmul");
-            if (cpu && (cellm::blocks::has_q8_dot(cases[i].type) || cellm::blocks::has_q8k_dot(cases[i].type)))
+            if (bit_equal && (cellm::blocks::has_q8_dot(cases[i].type) || cellm::blocks::has_q8k_dot(cases[i].type)))
                 expect_identical(results[i], scalar.results[i], "vs scalar");
         }
     }
 }
 
+// Longer rows of the integer-defined types, against scalar only (the reference's fp16 sums drift past the 1e-5
+// bar over thousands of terms): 2304 and 4352 make rows of more than 8 K-quant blocks, and 4352 a column too
+// long for a device backend to quantize inside its decode product.
+TEST_P(BackendOps, LongRowsMatchScalarBitForBit) {
+    if (!integer_products_exact()) GTEST_SKIP() << "this backend is held to the reference definitions only";
+    Instance scalar;
+    ASSERT_NE(scalar_iface(), nullptr);
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    std::vector<MatmulCase> cases;
+    unsigned seed = 700;
+    for (int64_t k : {2304, 4352})
+        for (cellm_dtype type : every_weight_type)
+            if (cellm::blocks::has_q8_dot(type) || cellm::blocks::has_q8k_dot(type))
+                for (int64_t n : {1, 3, 33}) cases.push_back({type, k, 37, n, seed += 2});
+    std::vector<int32_t> outputs;
+    for (const MatmulCase& c : cases) {
+        outputs.push_back(c.add_to(*this));
+        c.add_to(scalar);
+    }
+    ASSERT_EQ(prepare(outputs), "");
+    ASSERT_EQ(execute({}), "");
+    ASSERT_EQ(scalar.prepare(outputs), "");
+    ASSERT_EQ(scalar.execute({}), "");
+    for (size_t i = 0; i < cases.size(); ++i) {
+        SCOPED_TRACE(cases[i].label());
+        expect_identical(results[i], scalar.results[i], "vs scalar");
+    }
+}
+
 // A product whose only reader is the ADD right after it (a residual connection), with the sum as the output: a
 // device backend may fold the ADD into the product, and either way the sum must be the reference's. One column
-// (decode) and many (prefill), a quantized and a float weight.
+// (decode) and many (prefill), Q8-dot, K-quant and float weights.
 TEST_P(BackendOps, MatmulFollowedByResidualAdd) {
     unsigned seed = 300;
-    for (cellm_dtype type : {CELLM_TYPE_Q4_1, CELLM_TYPE_F32})
+    for (cellm_dtype type : {CELLM_TYPE_Q4_1, CELLM_TYPE_Q6_K, CELLM_TYPE_F32})
         for (int64_t n : {1, 40}) {
             SCOPED_TRACE("type " + std::to_string(type) + ", n " + std::to_string(n));
             clear_graph();

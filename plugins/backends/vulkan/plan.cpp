@@ -453,13 +453,15 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             const int r = rounding(w.type);
             if (k % rounding_span(r) != 0) fail(i, CELLM_ERR_UNSUPPORTED, "row length not a multiple of the rounding block");
             // A single column rounds itself inside the product (decode); more go through the rounding dispatch,
-            // whose result the products of the same input share. Q8 roundings leave codes, then scales and sums.
-            const bool q8 = r == 1 || r == 2;
+            // whose result the products of the same input share. Q8 and Q8_K roundings leave codes, then a scale
+            // per block and sums (one per block for Q8, per 16 codes for Q8_K).
+            const bool q8 = r == 1 || r == 2, q8k = r == 3;
             const bool fused_rounding = r != 0 && cols == 1 && k <= 4096;
-            const uint64_t blocks = static_cast<uint64_t>(k / 32 * cols);
+            const uint64_t blocks = static_cast<uint64_t>(k / rounding_span(r) * cols);
+            const uint64_t n_sums = q8k ? static_cast<uint64_t>(k / 16 * cols) : blocks;
             const VkDeviceAddress codes = scratch_at, scales = codes + static_cast<uint64_t>(k * cols),
                                   sums = scales + 4 * blocks;
-            const Range xr{scratch_at, q8 ? sums + 4 * blocks : scratch_at + static_cast<uint64_t>(k * cols) * 4};
+            const Range xr{scratch_at, q8 || q8k ? sums + 4 * n_sums : scratch_at + static_cast<uint64_t>(k * cols) * 4};
             if (r != 0 && !fused_rounding && rounded != std::pair{src(1), r}) {
                 Dispatch rd;
                 rd.kind = "ROUND";
@@ -476,9 +478,9 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             const bool tiled = cols > 8;
             const bool rounded_x = r != 0 && !fused_rounding;
             const VkDeviceAddress out = address(target), add = residual >= 0 ? address(residual) : out;
-            d.shader = std::string(q8 ? "matmul_q8_" : "matmul_") + (tiled ? "tiled_" : fused_rounding ? "vec1_" : "vec_") +
-                       std::to_string(w.type);
-            if (q8) {
+            d.shader = std::string(q8 ? "matmul_q8_" : q8k ? "matmul_q8k_" : "matmul_") +
+                       (tiled ? "tiled_" : fused_rounding ? "vec1_" : "vec_") + std::to_string(w.type);
+            if (q8 || q8k) {
                 p << address(src(0)) << address(src(1)) << codes << scales << sums << out << add;
                 d.groups = tiled ? std::array<uint32_t, 3>{u32((m + 31) / 32), u32((cols + 31) / 32), 1} : grid(static_cast<uint64_t>(m), 16);
             } else {
@@ -488,6 +490,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             p << u32(k) << u32(m) << u32(cols) << uint32_t{residual >= 0 ? 1u : 0u};
             std::vector<Range> reads_of{range(src(0)), rounded_x ? xr : range(src(1))};
             if (residual >= 0) reads_of.push_back(range(residual));
+            d.kind += " (type " + std::to_string(w.type) + (tiled ? ", tiled)" : ")");  // for the profile
             emit(d, reads_of, {range(target)});
             break;
         }
