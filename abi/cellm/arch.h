@@ -38,6 +38,10 @@ typedef struct cellm_arch_layer_info {
     int32_t kv_dim;    /* width of one token's K (and V) row in this layer's pools; 0 = the layer has no pools, and
                         * a CELLM_OP_KV_CACHE leaf naming it fails the build */
     int32_t n_head_kv; /* KV heads in that row (an I8 cache keeps one scale per token and head); 0 when unknown */
+    /* A recurrent layer's per-sequence state (graph.h, "Recurrent state"): floats per sequence in its STATE
+     * leaves, [0] its convolution window's and [1] its recurrence's; 0 = no such state. The host keeps a slot of
+     * each per live sequence. */
+    int32_t state_size[2];
 } cellm_arch_layer_info;
 
 /* The shape of one step. Every graph built for the same shape has the same nodes, so a backend plan made

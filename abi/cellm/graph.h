@@ -5,9 +5,10 @@
  * listed in a valid execution order (every src index is smaller than the node's own index). Every tensor
  * is contiguous and its shape is ne[0..3] with ne[0] innermost; activations are F32.
  *
- * Leaves are of three kinds, all resolved by the host before the backend sees the graph:
+ * Leaves are of these kinds, all resolved by the host before the backend sees the graph:
  *  - CELLM_OP_WEIGHT: a model tensor; `tensor` says where it lives on the backend.
  *  - CELLM_OP_KV_CACHE: one layer's K or V pool, or an I8 pool's scales; `tensor` says where it lives.
+ *  - CELLM_OP_STATE (since 1.2): one layer's per-sequence recurrent state; `tensor` says where it lives.
  *  - CELLM_OP_INPUT: per-step data (token ids, positions, page tables, ...) bound at execute time.
  *
  * The KV cache is paged: a pool of blocks of `block_size` token slots, shared by all sequences. Slot s of
@@ -23,6 +24,14 @@
  * 0 and codes 0. n_groups is the host's choice (any divisor of kv_dim): backends must accept every one.
  * The host adds the scale leaves and the sources that name them (KV_STORE, ATTENTION), so an arch builds the
  * same graph whatever the pool type.
+ *
+ * Recurrent state (since 1.2). A recurrent layer (Qwen3.5's gated DeltaNet) keeps no KV rows: each sequence has
+ * a fixed-size state per layer instead, in STATE leaves shaped [state_size, n_state_slots], one slot per live
+ * sequence. The host owns the slots: it zeroes one when a sequence starts (or starts again), copies it when a
+ * sequence forks and frees it with the sequence, and binds CELLM_INPUT_STATE_SLOTS to say which slot each
+ * block-table row uses. SSM_CONV and DELTA_NET read their sequence's slot and write it back in place, so a step
+ * advances each sequence's state by that step's tokens, and a prompt split over several steps gives what one
+ * step would. A state cannot be cut back to an earlier position.
  */
 #ifndef CELLM_GRAPH_H
 #define CELLM_GRAPH_H
@@ -98,6 +107,39 @@ typedef enum cellm_op {
      * out: F32 [head_dim * n_head, n_tokens]. */
     CELLM_OP_ATTENTION = 23,
 
+    /* Since 1.2: what Qwen3.5's gated DeltaNet layers need (see "Recurrent state" above). */
+
+    /* Unary on F32: out = 1 / (1 + exp(-src0)), and out = log(1 + exp(src0)) (src0 itself above 20, as torch). */
+    CELLM_OP_SIGMOID = 25,
+    CELLM_OP_SOFTPLUS = 26,
+
+    /* Leaf: one layer's per-sequence state. iparams[0]: layer, iparams[1]: which of its states (0 = convolution,
+     * 1 = recurrence). F32 ne = [state_size, n_state_slots]; the host resolves it as it does KV_CACHE leaves. */
+    CELLM_OP_STATE = 27,
+
+    /* Depthwise causal convolution along each sequence, its last kernel - 1 inputs carried in the state.
+     * src0: x F32 [channels, n_tokens]; src1: weights F32 [kernel, channels] (the taps of channel c, oldest input
+     * first); src2: state (a STATE leaf) F32 [(kernel - 1) * channels, n_state_slots], a slot holding its
+     * sequence's last kernel - 1 inputs oldest first, each a row of `channels`; src3: token's sequence row I32
+     * [n_tokens]; src4: state slot of each sequence row I32 [n_seqs].
+     * Token t of row r sees, oldest first, the slot's kernel - 1 inputs, the earlier tokens of row r in this
+     * step, then its own: out[c, t] = sum_j w[j, c] * in_j[c] over its last `kernel` inputs. After the step the
+     * slot holds row r's last kernel - 1 inputs. A row's tokens are in position order. out: F32 [channels, n_tokens]. */
+    CELLM_OP_SSM_CONV = 28,
+
+    /* Gated delta rule (Gated DeltaNet's recurrence) along each sequence, its state updated in place.
+     * src0: q F32 [d_k, n_k_heads, n_tokens]; src1: k, the same shape; src2: v F32 [d_v, n_v_heads, n_tokens];
+     * src3: g (log of the decay, <= 0) F32 [n_v_heads, n_tokens]; src4: beta F32 [n_v_heads, n_tokens];
+     * src5: state (a STATE leaf) F32 [n_v_heads * d_k * d_v, n_state_slots]: value head h's matrix S_h [d_k][d_v]
+     * at h * d_k * d_v, row-major; src6: token's sequence row I32 [n_tokens]; src7: state slot of each sequence
+     * row I32 [n_seqs].
+     * iparams[0]: which key head value head h reads: 0 = h / (n_v_heads / n_k_heads) (Hugging Face's order),
+     * 1 = h % n_k_heads (llama.cpp's GGUF order). For each token in order and each value head, with its key
+     * head's q and k:   S = exp(g) S;   u = beta (v - S^T k);   S = S + k u^T;   out = S^T q
+     * q and k arrive as the model wants them (normalised and scaled by the arch). A row's tokens are in position
+     * order. out: F32 [d_v, n_v_heads, n_tokens]. */
+    CELLM_OP_DELTA_NET = 29,
+
     CELLM_OP_COUNT
 } cellm_op;
 
@@ -114,6 +156,7 @@ typedef enum cellm_input_kind {
     CELLM_INPUT_SLOTS = 3,        /* I32 [n_tokens]: KV slot each token's keys and values go to        */
     CELLM_INPUT_BLOCK_TABLE = 4,  /* I32 [max_blocks, n_seqs]: page table per sequence (-1 padding)   */
     CELLM_INPUT_OUTPUT_ROWS = 5,  /* I32 [n_outputs]: batch rows whose logits are wanted, ascending     */
+    CELLM_INPUT_STATE_SLOTS = 6,  /* I32 [n_seqs]: state slot of each block-table row (since 1.2)      */
     CELLM_INPUT_COUNT
 } cellm_input_kind;
 

@@ -82,7 +82,7 @@ TEST_F(LlamaGraph, InputsAreI32WithTheirShapes) {
                                                                           : Shape4{5, 1, 1, 1};
         EXPECT_EQ(shape_of(n), expected) << n.name;
     }
-    EXPECT_EQ(inputs, CELLM_INPUT_COUNT);
+    EXPECT_EQ(inputs, CELLM_INPUT_OUTPUT_ROWS + 1);  // every kind but the recurrent layers' state slots
 }
 
 TEST_F(LlamaGraph, WeightLeavesDescribeTheirTensor) {

@@ -26,10 +26,12 @@
 
 namespace cellm::transformer {
 
-// One layer's K/V row: its width (0 = no pools of its own) and its KV heads.
+// One layer's K/V row: its width (0 = no pools of its own) and its KV heads; and a recurrent layer's state
+// sizes per sequence (cellm_arch_layer_info.state_size).
 struct LayerKv {
     int32_t kv_dim = 0;
     int32_t n_head_kv = 0;
+    int32_t state_size[2] = {0, 0};
 };
 
 template <class Arch>
@@ -106,6 +108,10 @@ private:
             const LayerKv kv = Arch::layer_kv(m, layer);
             out->kv_dim = kv.kv_dim;
             out->n_head_kv = kv.n_head_kv;
+            if (CELLM_HAS_FIELD(out, cellm_arch_layer_info, state_size)) {
+                out->state_size[0] = kv.state_size[0];
+                out->state_size[1] = kv.state_size[1];
+            }
             return nullptr;
         });
     }

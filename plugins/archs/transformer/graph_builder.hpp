@@ -40,6 +40,7 @@ public:
     int32_t rms_norm(int32_t x, int32_t w, float eps, const std::string& name);
     int32_t scale(int32_t x, float factor, const std::string& name);
     int32_t tanh(int32_t x, const std::string& name);
+    int32_t silu(int32_t x, const std::string& name);
     int32_t swiglu(int32_t gate, int32_t up, const std::string& name);
     int32_t geglu(int32_t gate, int32_t up, const std::string& name);  // GELU (tanh approximation) gating
     int32_t reshape(int32_t x, Shape ne, const std::string& name);
@@ -55,6 +56,20 @@ public:
         float softcap = 0.0f;  // logit soft-cap, 0 = none
     };
     int32_t attention(const Attention& a, const std::string& name);
+
+    // Recurrent layers (ABI 1.2; graph.h says what each computes).
+    int32_t sigmoid(int32_t x, const std::string& name);
+    int32_t softplus(int32_t x, const std::string& name);
+    // Layer `layer`'s state `which` (0 = convolution, 1 = recurrence), `size` floats per sequence; the host sets
+    // the slot count when it resolves the leaf.
+    int32_t state(int32_t layer, int32_t which, int64_t size, const std::string& name);
+    int32_t ssm_conv(int32_t x, int32_t weights, int32_t state, int32_t token_seq, int32_t state_slots,
+                     const std::string& name);
+    struct DeltaNet {
+        int32_t q, k, v, g, beta, state, token_seq, state_slots;
+        int32_t head_order;  // DELTA_NET's iparams[0]
+    };
+    int32_t delta_net(const DeltaNet& d, const std::string& name);
 
     void output(int32_t node) { builder_.add_output(builder_.ctx, node); }
 

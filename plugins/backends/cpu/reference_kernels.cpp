@@ -24,6 +24,8 @@ float dot(const float* a, const float* b, int64_t n) {
 }
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 float gelu(float x) {
     constexpr float sqrt_2_over_pi = 0.7978845608028654f;
     return 0.5f * x * (1.0f + std::tanh(sqrt_2_over_pi * (x + 0.044715f * x * x * x)));
@@ -200,6 +202,85 @@ void attention(const Context& c) {
     }
 }
 
+// Channels [begin, end) of SSM_CONV, every sequence row in turn. `window` holds a channel's last kernel inputs,
+// oldest first: the slot's saved ones, then the row's tokens as they come.
+void ssm_conv(const Context& c) {
+    const Node& x = c.src(0);
+    const Node& w = c.src(1);
+    const Node& state = c.src(2);
+    const int32_t* seq_of = c.src(3).i32();
+    const int32_t* slots = c.src(4).i32();
+    const int64_t channels = x.ne[0], n_tokens = x.ne[1], kernel = w.ne[0], n_seqs = c.src(4).ne[0];
+    graph::check_state_rows(error_prefix(), c.plan.nodes, c.index, state, seq_of, n_tokens, slots, n_seqs);
+    std::vector<float> window(static_cast<size_t>(kernel));
+    for (int64_t r = 0; r < n_seqs; ++r) {
+        float* saved = state.f32() + slots[r] * state.ne[0];
+        for (int64_t ch = c.begin; ch < c.end; ++ch) {
+            const float* taps = w.f32() + ch * kernel;
+            for (int64_t j = 0; j + 1 < kernel; ++j) window[static_cast<size_t>(j)] = saved[j * channels + ch];
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                if (seq_of[t] != r) continue;
+                window[static_cast<size_t>(kernel - 1)] = x.f32()[t * channels + ch];
+                float sum = 0.0f;
+                for (int64_t j = 0; j < kernel; ++j) sum += taps[j] * window[static_cast<size_t>(j)];
+                c.node.f32()[t * channels + ch] = sum;
+                std::copy(window.begin() + 1, window.end(), window.begin());
+            }
+            for (int64_t j = 0; j + 1 < kernel; ++j) saved[j * channels + ch] = window[static_cast<size_t>(j)];
+        }
+    }
+}
+
+// Value heads [begin, end) of DELTA_NET, every sequence row's tokens in order against the row's state.
+void delta_net(const Context& c) {
+    const Node& q = c.src(0);
+    const Node& k = c.src(1);
+    const Node& v = c.src(2);
+    const float* g = c.src(3).f32();
+    const float* beta = c.src(4).f32();
+    const Node& state = c.src(5);
+    const int32_t* seq_of = c.src(6).i32();
+    const int32_t* slots = c.src(7).i32();
+    const int64_t d_k = q.ne[0], n_k = q.ne[1], n_tokens = q.ne[2], d_v = v.ne[0], n_v = v.ne[1];
+    const int64_t n_seqs = c.src(7).ne[0], group = n_v / n_k;
+    const bool tiled = c.node.iparams[0] == 1;
+    graph::check_state_rows(error_prefix(), c.plan.nodes, c.index, state, seq_of, n_tokens, slots, n_seqs);
+    std::vector<float> u(static_cast<size_t>(d_v));
+    for (int64_t r = 0; r < n_seqs; ++r) {
+        for (int64_t h = c.begin; h < c.end; ++h) {
+            float* s = state.f32() + slots[r] * state.ne[0] + h * d_k * d_v;  // S_h[i][j] at s[i * d_v + j]
+            const int64_t kh = tiled ? h % n_k : h / group;
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                if (seq_of[t] != r) continue;
+                const float* qt = q.f32() + (t * n_k + kh) * d_k;
+                const float* kt = k.f32() + (t * n_k + kh) * d_k;
+                const float* vt = v.f32() + (t * n_v + h) * d_v;
+                const float decay = std::exp(g[t * n_v + h]), b = beta[t * n_v + h];
+                // u = beta (v - S^T k), with S already decayed.
+                std::fill(u.begin(), u.end(), 0.0f);
+                for (int64_t i = 0; i < d_k; ++i) {
+                    float* row = s + i * d_v;
+                    for (int64_t j = 0; j < d_v; ++j) {
+                        row[j] *= decay;
+                        u[static_cast<size_t>(j)] += row[j] * kt[i];
+                    }
+                }
+                for (int64_t j = 0; j < d_v; ++j) u[static_cast<size_t>(j)] = b * (vt[j] - u[static_cast<size_t>(j)]);
+                // S += k u^T, and the output reads the updated state: out = S^T q.
+                float* out = c.node.f32() + (t * n_v + h) * d_v;
+                std::fill(out, out + d_v, 0.0f);
+                for (int64_t i = 0; i < d_k; ++i) {
+                    float* row = s + i * d_v;
+                    for (int64_t j = 0; j < d_v; ++j) {
+                        row[j] += kt[i] * u[static_cast<size_t>(j)];
+                        out[j] += row[j] * qt[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
 }  // namespace
 
 void expand_i8(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out) {
@@ -253,6 +334,10 @@ int64_t reference_parts(const Plan& plan, int32_t index) {
         return node.rows();
     case CELLM_OP_GET_ROWS: return node.ne[1];
     case CELLM_OP_ROPE: return node.ne[2];
+    case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: return node.rows();
+    // Channels and value heads are independent; each part checks the whole step's rows before writing any state.
+    case CELLM_OP_SSM_CONV: return node.ne[0];
+    case CELLM_OP_DELTA_NET: return node.ne[1];
     default: return 0;  // MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before writing
     }
 }
@@ -304,6 +389,10 @@ void run_reference_part(Plan& plan, int32_t index, int64_t begin, int64_t end) {
     case CELLM_OP_ROPE: rope(c); break;
     case CELLM_OP_KV_STORE: kv_store(c); break;
     case CELLM_OP_ATTENTION: attention(c); break;
+    case CELLM_OP_SIGMOID: map(c, sigmoid); break;
+    case CELLM_OP_SOFTPLUS: map(c, softplus); break;
+    case CELLM_OP_SSM_CONV: ssm_conv(c); break;
+    case CELLM_OP_DELTA_NET: delta_net(c); break;
     default: break;  // leaves, inputs (copied in by execute) and RESHAPE (an alias) do no work
     }
 }

@@ -55,7 +55,9 @@ private:
 }  // namespace
 
 bool aliases_source(cellm_op op) { return op == CELLM_OP_RESHAPE || op == CELLM_OP_KV_STORE; }
-bool is_leaf_storage(cellm_op op) { return op == CELLM_OP_WEIGHT || op == CELLM_OP_KV_CACHE; }
+bool is_leaf_storage(cellm_op op) {
+    return op == CELLM_OP_WEIGHT || op == CELLM_OP_KV_CACHE || op == CELLM_OP_STATE;
+}
 
 uint64_t plan_arena(Checked& plan, uint64_t alignment, const std::vector<int32_t>& read_at) {
     const auto n = static_cast<int32_t>(plan.nodes.size());

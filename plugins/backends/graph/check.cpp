@@ -31,6 +31,11 @@ const char* op_name(cellm_op op) {
     case CELLM_OP_RESHAPE: return "RESHAPE";
     case CELLM_OP_KV_STORE: return "KV_STORE";
     case CELLM_OP_ATTENTION: return "ATTENTION";
+    case CELLM_OP_SIGMOID: return "SIGMOID";
+    case CELLM_OP_SOFTPLUS: return "SOFTPLUS";
+    case CELLM_OP_STATE: return "STATE";
+    case CELLM_OP_SSM_CONV: return "SSM_CONV";
+    case CELLM_OP_DELTA_NET: return "DELTA_NET";
     case CELLM_OP_COUNT: break;
     }
     return "unknown op";
@@ -45,6 +50,8 @@ bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype)) {
     case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
     case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
     case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_ROPE: case CELLM_OP_ATTENTION:
+        return type == CELLM_TYPE_F32;
+    case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: case CELLM_OP_STATE: case CELLM_OP_SSM_CONV: case CELLM_OP_DELTA_NET:
         return type == CELLM_TYPE_F32;
     default: return false;
     }
@@ -87,6 +94,10 @@ Arity arity(cellm_op op) {
     case CELLM_OP_ROPE: return {2, 1};
     case CELLM_OP_KV_STORE: return {3, 1};
     case CELLM_OP_ATTENTION: return {6, 2};
+    case CELLM_OP_STATE: return {0, 0};
+    case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: return {1, 0};
+    case CELLM_OP_SSM_CONV: return {5, 0};
+    case CELLM_OP_DELTA_NET: return {8, 0};
     default: return {-1, 0};
     }
 }
@@ -124,6 +135,10 @@ public:
         case CELLM_OP_RESHAPE: reshape(); break;
         case CELLM_OP_KV_STORE: kv_store(); break;
         case CELLM_OP_ATTENTION: attention(); break;
+        case CELLM_OP_STATE: recurrent_op(); leaf(); break;
+        case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: recurrent_op(); unary(); break;
+        case CELLM_OP_SSM_CONV: recurrent_op(); ssm_conv(); break;
+        case CELLM_OP_DELTA_NET: recurrent_op(); delta_net(); break;
         default: break;
         }
         if (n_.bytes == 0) n_.bytes = static_cast<uint64_t>(n_.nelements()) * sizeof(float);
@@ -214,6 +229,10 @@ private:
         if (n_.op == CELLM_OP_KV_CACHE) {
             expect(facts->writable, "KV pool lives in a read-only buffer");
             expect(n_.ne[2] == 1 && n_.ne[3] == 1, "KV pool must be [kv_dim, n_slots]");
+        }
+        if (n_.op == CELLM_OP_STATE) {
+            expect(facts->writable, "state lives in a read-only buffer");
+            expect(n_.ne[2] == 1 && n_.ne[3] == 1, "state must be [state_size, n_state_slots]");
         }
     }
 
@@ -336,6 +355,66 @@ private:
         expect_vector(4, q.ne[2], "token sequences");
         expect_vector(5, q.ne[2], "positions");
         expect_output(CELLM_TYPE_F32, {static_cast<int64_t>(head_dim) * n_head, q.ne[2], 1, 1});
+    }
+
+    // The ops added for recurrent layers (ABI 1.2) are F32 only; a backend without kernels for them declines here,
+    // once, naming the node.
+    void recurrent_op() const {
+        if (!rules_.accepts(n_.op, CELLM_TYPE_F32)) fail(CELLM_ERR_UNSUPPORTED, "op not supported by this backend");
+    }
+
+    // src[k] is a STATE leaf of `size` floats per slot.
+    void expect_state(int k, int64_t size) const {
+        const std::string role = "src[" + std::to_string(k) + "] (state)";
+        expect(src(k).op == CELLM_OP_STATE, role + " must be a STATE leaf");
+        expect_type(k, CELLM_TYPE_F32, "state");
+        expect(src(k).ne[0] == size, role + " shape " + shape_text(src(k).ne) + " has " + std::to_string(src(k).ne[0]) +
+                                         " floats per slot, expected " + std::to_string(size));
+    }
+
+    void expect_state_slots(int k) const {
+        expect_type(k, CELLM_TYPE_I32, "state slots");
+        expect(src(k).ne[1] == 1 && src(k).ne[2] == 1 && src(k).ne[3] == 1,
+               "state slots (src[" + std::to_string(k) + "]) shape " + shape_text(src(k).ne) + " is not [n_seqs]");
+    }
+
+    void ssm_conv() {
+        const Node& x = src(0);
+        const Node& w = src(1);
+        expect_type(0, CELLM_TYPE_F32, "x");
+        expect(x.ne[2] == 1 && x.ne[3] == 1, "x shape " + shape_text(x.ne) + " is not [channels, n_tokens]");
+        expect_type(1, CELLM_TYPE_F32, "weights");
+        expect(w.ne[0] >= 2 && w.ne[1] == x.ne[0] && w.ne[2] == 1 && w.ne[3] == 1,
+               "weights shape " + shape_text(w.ne) + " is not [kernel >= 2, " + std::to_string(x.ne[0]) + "]");
+        expect_state(2, (w.ne[0] - 1) * x.ne[0]);
+        expect_vector(3, x.ne[1], "token sequences");
+        expect_state_slots(4);
+        expect_output(CELLM_TYPE_F32, x.ne);
+    }
+
+    void delta_net() {
+        const Node& q = src(0);
+        const Node& v = src(2);
+        const int64_t d_k = q.ne[0], n_k = q.ne[1], n_tokens = q.ne[2], d_v = v.ne[0], n_v = v.ne[1];
+        expect_type(0, CELLM_TYPE_F32, "q");
+        expect_type(1, CELLM_TYPE_F32, "k");
+        expect_type(2, CELLM_TYPE_F32, "v");
+        expect(q.ne[3] == 1, "q shape " + shape_text(q.ne) + " is not [d_k, n_k_heads, n_tokens]");
+        expect(src(1).ne == q.ne, "k shape " + shape_text(src(1).ne) + " differs from q's " + shape_text(q.ne));
+        expect(v.ne[2] == n_tokens && v.ne[3] == 1,
+               "v shape " + shape_text(v.ne) + " is not [d_v, n_v_heads, " + std::to_string(n_tokens) + "]");
+        expect(n_v % n_k == 0, "value heads (" + std::to_string(n_v) + ") are not a multiple of key heads (" +
+                                   std::to_string(n_k) + ")");
+        expect(n_.iparams[0] == 0 || n_.iparams[0] == 1, "iparams[0] (head order) must be 0 or 1");
+        for (int k : {3, 4}) {
+            expect_type(k, CELLM_TYPE_F32, k == 3 ? "g" : "beta");
+            expect(src(k).ne == Shape{n_v, n_tokens, 1, 1},
+                   "src[" + std::to_string(k) + "] shape " + shape_text(src(k).ne) + " is not [n_v_heads, n_tokens]");
+        }
+        expect_state(5, n_v * d_k * d_v);
+        expect_vector(6, n_tokens, "token sequences");
+        expect_state_slots(7);
+        expect_output(CELLM_TYPE_F32, v.ne);
     }
 
     const Rules& rules_;

@@ -4,6 +4,7 @@
 #include "plugin_host.hpp"
 
 #include <algorithm>
+#include <vector>
 
 namespace cellm::graph {
 
@@ -59,6 +60,23 @@ void check_attention_inputs(const std::string& prefix, const std::vector<Node>& 
                 fail(prefix, nodes, index, "block table entry " + std::to_string(blocks_of[b]) + " (sequence row " +
                                                std::to_string(r) + ", block " + std::to_string(b) +
                                                ") is not a block of the KV pool");
+    }
+}
+
+void check_state_rows(const std::string& prefix, const std::vector<Node>& nodes, int32_t index, const Node& state,
+                      const int32_t* seqs, int64_t n_tokens, const int32_t* slots, int64_t n_seqs) {
+    for (int64_t t = 0; t < n_tokens; ++t)
+        if (seqs[t] < 0 || seqs[t] >= n_seqs)
+            fail(prefix, nodes, index, "token " + std::to_string(t) + " belongs to sequence row " + std::to_string(seqs[t]) +
+                                           ", outside [0, " + std::to_string(n_seqs) + ")");
+    std::vector<bool> taken(static_cast<size_t>(state.ne[1]), false);
+    for (int64_t r = 0; r < n_seqs; ++r) {
+        if (slots[r] < 0 || slots[r] >= state.ne[1])
+            fail(prefix, nodes, index, "state slot " + std::to_string(slots[r]) + " of sequence row " + std::to_string(r) +
+                                           " is outside [0, " + std::to_string(state.ne[1]) + ")");
+        if (taken[static_cast<size_t>(slots[r])])
+            fail(prefix, nodes, index, "state slot " + std::to_string(slots[r]) + " is given to two sequence rows");
+        taken[static_cast<size_t>(slots[r])] = true;
     }
 }
 
