@@ -38,6 +38,7 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
     weights_ = std::make_unique<WeightStore>(backend, model.file().view());
     kv_ = std::make_unique<KvCache>(backend, model.layers(), static_cast<int32_t>(n_blocks), options.block_size,
                                     options.kv_type);
+    states_ = std::make_unique<StatePool>(backend, model.layers(), options.max_sequences);
     // Build the decode graph now, so a backend that cannot run this model says so before any prompt.
     graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size});
 }
@@ -56,27 +57,34 @@ const Engine::Sequence& Engine::live_sequence(int32_t sequence) const {
 }
 
 int32_t Engine::create_sequence() {
-    for (size_t i = 0; i < sequences_.size(); ++i) {
-        if (!sequences_[i].live) {
-            sequences_[i] = Sequence{};
-            sequences_[i].live = true;
-            return static_cast<int32_t>(i);
-        }
+    int32_t slot = -1;
+    if (!states_->empty() && (slot = states_->acquire()) < 0) {
+        throw Error("all " + std::to_string(states_->n_slots()) +
+                    " recurrent state slots are taken (one per sequence the engine may hold at once)");
     }
-    sequences_.emplace_back().live = true;
-    return static_cast<int32_t>(sequences_.size() - 1);
+    auto it = std::find_if(sequences_.begin(), sequences_.end(), [](const Sequence& s) { return !s.live; });
+    if (it == sequences_.end()) it = sequences_.insert(sequences_.end(), Sequence{});
+    *it = Sequence{};
+    it->live = true;
+    it->state_slot = slot;
+    return static_cast<int32_t>(it - sequences_.begin());
 }
 
 void Engine::release_sequence(int32_t sequence) {
     Sequence& s = live_sequence(sequence);
     shrink(s, 0);
+    if (s.state_slot >= 0) states_->release(s.state_slot);
     s = Sequence{};
 }
 
 int32_t Engine::fork_sequence(int32_t sequence) {
+    live_sequence(sequence);  // the parent must exist before the child takes a slot
     const int32_t child = create_sequence();
     Sequence& c = sequences_[static_cast<size_t>(child)];
-    c = live_sequence(sequence);
+    const int32_t slot = c.state_slot;
+    c = sequences_[static_cast<size_t>(sequence)];
+    c.state_slot = slot;
+    if (slot >= 0) states_->copy(sequences_[static_cast<size_t>(sequence)].state_slot, slot);
     for (int32_t b : c.pages.blocks) kv_->pool().retain(b);
     return child;
 }
@@ -87,16 +95,23 @@ std::span<const int32_t> Engine::sequence_tokens(int32_t sequence) const { retur
 
 std::span<const int32_t> Engine::sequence_blocks(int32_t sequence) const { return live_sequence(sequence).pages.blocks; }
 
-void Engine::truncate(int32_t sequence, int32_t n) {
+int32_t Engine::truncate(int32_t sequence, int32_t n) {
     Sequence& s = live_sequence(sequence);
     s.length = std::clamp(n, 0, s.length);
+    if (s.state_slot >= 0 && s.length < static_cast<int32_t>(s.tokens.size())) {
+        // The state has seen every token: it cannot go back to position n, so the sequence starts over.
+        s.length = 0;
+        states_->clear(s.state_slot);
+    }
     shrink(s, s.length);
+    return s.length;
 }
 
 int32_t Engine::reuse_prefix(int32_t sequence, std::span<const int32_t> prompt) {
     Sequence& s = live_sequence(sequence);
     if (s.length != 0) throw Error("only an empty sequence can start from the prefix cache");
-    if (!options_.prefix_cache || prompt.empty()) return 0;
+    // A recurrent state after a cached prefix is not kept, so such models compute every prompt whole.
+    if (!options_.prefix_cache || !states_->empty() || prompt.empty()) return 0;
     const auto bs = static_cast<size_t>(options_.block_size);
     BlockPool& pool = kv_->pool();
     // The last prompt token is always computed, so its logits exist.
@@ -170,7 +185,7 @@ void Engine::shrink(Sequence& s, int32_t n_positions) {
 }
 
 void Engine::publish_full_blocks(Sequence& s) {
-    if (!options_.prefix_cache) return;
+    if (!options_.prefix_cache || !states_->empty()) return;
     const int32_t bs = options_.block_size;
     for (auto i = static_cast<int32_t>(s.hashes.size()); i < s.length / bs; ++i) {
         const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), s.tokens.data() + i * bs, bs);
@@ -204,7 +219,7 @@ StepGraph& Engine::graph_for(const cellm_batch_shape& shape) {
         graphs_.erase(graph_order_.front());
         graph_order_.erase(graph_order_.begin());
     }
-    auto graph = std::make_unique<StepGraph>(*model_, *backend_, *weights_, *kv_, shape);
+    auto graph = std::make_unique<StepGraph>(*model_, *backend_, *weights_, *kv_, *states_, shape);
     StepGraph& ref = *graph;
     graphs_.emplace(key, std::move(graph));
     graph_order_.push_back(key);
@@ -277,10 +292,12 @@ void Engine::run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_ou
     auto& slots = inputs_[CELLM_INPUT_SLOTS];
     auto& table = inputs_[CELLM_INPUT_BLOCK_TABLE];
     auto& rows = inputs_[CELLM_INPUT_OUTPUT_ROWS];
+    auto& state_slots = inputs_[CELLM_INPUT_STATE_SLOTS];
     table.assign(static_cast<size_t>(max_blocks) * work.size(), -1);
     for (size_t r = 0; r < work.size(); ++r) {
         const Work& w = work[r];
         const Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+        state_slots.push_back(s.state_slot);
         std::copy(s.pages.blocks.begin(), s.pages.blocks.end(), table.begin() + static_cast<ptrdiff_t>(r * static_cast<size_t>(max_blocks)));
         for (size_t i = 0; i < w.tokens.size(); ++i) {
             const int32_t pos = s.length + static_cast<int32_t>(i);

@@ -2,11 +2,14 @@
 // sequence's page table covers the new positions, runs the step graph for that batch shape (prepared once
 // and cached) and returns the requested logits rows. It also keeps the KV blocks' bookkeeping: full blocks
 // are published by content so a new sequence can start from an identical cached prefix, and a block shared
-// by several sequences is copied before one of them writes into it.
+// by several sequences is copied before one of them writes into it. A model with recurrent layers also gets a
+// state slot per sequence (kv/state_pool.h), zeroed when the sequence starts and copied when it forks; such a
+// state cannot be rewound, so these models reuse no cached prefix and truncating restarts the sequence.
 #pragma once
 
 #include "plugin/backend.h"
 #include "kv/kv_cache.h"
+#include "kv/state_pool.h"
 #include "model/model.h"
 #include "engine/step_graph.h"
 #include "model/weights.h"
@@ -44,7 +47,10 @@ public:
     Engine(const Model& model, Backend& backend, const EngineOptions& options);
     ~Engine();
 
+    // Throws cellm::Error when the model has recurrent layers and every state slot is taken.
     int32_t create_sequence();
+    // Whether create_sequence would find a state slot (always, for a model without recurrent layers).
+    bool can_create_sequence() const { return states_->empty() || states_->n_free() > 0; }
     void release_sequence(int32_t sequence);
     // A new sequence sharing every block of `sequence` (copy-on-write).
     int32_t fork_sequence(int32_t sequence);
@@ -60,7 +66,8 @@ public:
     // Positions already in the KV cache for `sequence`.
     int32_t sequence_length(int32_t sequence) const;
     // Forgets positions >= n (they will be computed again), e.g. when a chat turn diverges from the cache.
-    void truncate(int32_t sequence, int32_t n);
+    // Returns the positions kept: n, or 0 when a recurrent state would have to go back (the sequence restarts).
+    int32_t truncate(int32_t sequence, int32_t n);
 
     struct Work {
         int32_t sequence;
@@ -69,12 +76,13 @@ public:
     };
     // Runs one step over all `work` items. Writes n_vocab floats per requested row into `logits`, in work
     // order (Last: one row, All: one per token). Throws cellm::Error and leaves sequences unchanged when
-    // the step cannot run.
+    // the step cannot run (but a backend that fails part way through has already advanced recurrent states).
     void step(std::span<const Work> work, std::vector<float>& logits);
 
     int32_t n_vocab() const { return model_->info().n_vocab; }
     int32_t context_length() const { return options_.context_length; }
     const KvCache& kv_cache() const { return *kv_; }
+    const StatePool& state_pool() const { return *states_; }
     KvStats kv_stats() const;
     const WeightStore& weights() const { return *weights_; }
     const Model& model() const { return *model_; }
@@ -87,6 +95,7 @@ private:
         PageTable pages;
         std::vector<int32_t> tokens;     // [0, length)
         std::vector<BlockHash> hashes;   // of the leading full blocks that are published
+        int32_t state_slot = -1;         // in states_, for a model with recurrent layers
     };
     Sequence& live_sequence(int32_t sequence);
     const Sequence& live_sequence(int32_t sequence) const;
@@ -103,6 +112,7 @@ private:
     EngineOptions options_;
     std::unique_ptr<WeightStore> weights_;
     std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<StatePool> states_;  // one slot per sequence that may be live at once (max_sequences)
     std::vector<Sequence> sequences_;
     // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks), least recently used evicted past a bound.
     std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, std::unique_ptr<StepGraph>> graphs_;

@@ -99,7 +99,7 @@ struct GraphBuilderContext {
 };
 
 StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
-                     const cellm_batch_shape& shape)
+                     const StatePool& states, const cellm_batch_shape& shape)
     : backend_(&backend) {
     GraphBuilderContext ctx{this, kv.type() == CELLM_TYPE_I8, {}, {}};
     cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
@@ -146,6 +146,17 @@ StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& we
                 throw Error("arch '" + arch + "' refers to a KV cache layer that does not exist");
             }
             node.tensor = kv.tensor(node.iparams[0], node.iparams[1]);
+            node.type = node.tensor.type;
+            for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
+            break;
+        case CELLM_OP_STATE:
+            if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer || node.iparams[1] < 0 ||
+                node.iparams[1] > 1 ||
+                model.layers()[static_cast<size_t>(node.iparams[0])].state_size[node.iparams[1]] == 0) {
+                throw Error("arch '" + arch + "' refers to recurrent state " + std::to_string(node.iparams[1]) +
+                            " of layer " + std::to_string(node.iparams[0]) + ", which it did not report");
+            }
+            node.tensor = states.tensor(node.iparams[0], node.iparams[1]);
             node.type = node.tensor.type;
             for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
             break;

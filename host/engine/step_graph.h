@@ -1,10 +1,11 @@
-// One step's compute graph: built by the arch for a batch shape, with its leaves resolved to the weights
-// and KV pools on the backend, and prepared by the backend into a plan that runs again for every batch of
+// One step's compute graph: built by the arch for a batch shape, with its leaves resolved to the weights,
+// KV pools and recurrent states on the backend, and prepared by the backend into a plan that runs again for every batch of
 // the same shape.
 #pragma once
 
 #include "plugin/backend.h"
 #include "kv/kv_cache.h"
+#include "kv/state_pool.h"
 #include "model/model.h"
 #include "model/weights.h"
 
@@ -20,7 +21,7 @@ namespace cellm {
 class StepGraph {
 public:
     StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
-              const cellm_batch_shape& shape);
+              const StatePool& states, const cellm_batch_shape& shape);
     ~StepGraph();
     StepGraph(const StepGraph&) = delete;
     StepGraph& operator=(const StepGraph&) = delete;

@@ -75,8 +75,7 @@ void Scheduler::submit(SessionId id, std::vector<int32_t> prompt) {
         const std::vector<int32_t>& now = s.context();
         size_t keep = 0;
         while (keep < held.size() && keep + 1 < now.size() && held[keep] == now[keep]) ++keep;
-        engine_.truncate(s.sequence_, static_cast<int32_t>(keep));
-        s.computed_ = static_cast<int32_t>(keep);
+        s.computed_ = engine_.truncate(s.sequence_, static_cast<int32_t>(keep));
         s.result_.reused_tokens = s.computed_;
     }
     s.state_ = SessionState::Waiting;
@@ -213,6 +212,17 @@ void Scheduler::plan(std::vector<Planned>& out) {
         if (s->state_ == SessionState::Idle) continue;  // its turn ended while making room for an earlier one
         if (s->state_ == SessionState::Waiting) {
             if (blocked != nullptr || running_count() >= options_.max_running) continue;
+            // A model with recurrent layers has a state slot per sequence it may hold; sessions idle between
+            // turns keep theirs until someone needs it.
+            while (!engine_.can_create_sequence()) {
+                Session* victim = choose_victim(out, *s);
+                if (victim == nullptr) break;
+                preempt(*victim);
+            }
+            if (!engine_.can_create_sequence()) {
+                blocked = s;
+                continue;
+            }
             admit(*s);
             const int32_t need = make_room(*s, std::min(remaining(*s), budget));
             if (need < 0) {
