@@ -7,13 +7,14 @@
 #   manifest     config/*.toml and the manifests of tests/
 #   bpe, spm     texts with flags and token ids (make_seeds.py)
 #   chat_template  conversations and the template sources (make_seeds.py)
+#   image        the PNG and JPEG test images of tests/data/vision
 # Usage: fuzz/make_corpus.sh DIR. CELLM_BIN names the folder holding cellm-make-model and cellm-host
 # (default build/bin).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:?usage: $0 DIR}
 bin=${CELLM_BIN:-$root/build/bin}
-mkdir -p "$out"/{gguf,cellm,safetensors,manifest,bpe,spm,chat_template}
+mkdir -p "$out"/{gguf,cellm,safetensors,manifest,bpe,spm,chat_template,image}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -32,6 +33,7 @@ done
 "$bin/cellm-host" convert --input "$tmp/tiny-q4_0.gguf" --output "$out/cellm/tiny-int4.cellm" --quantize int4 \
   --backend scalar >/dev/null 2>&1 || echo "make_corpus: cellm-host convert --quantize int4 failed (seed skipped)" >&2
 
+cp "$root"/tests/data/vision/*.png "$root"/tests/data/vision/*.jpg "$out/image/"
 for f in "$root"/config/*.toml; do cp "$f" "$out/manifest/"; done
 find "$root/tests" -name '*.toml' -exec cp {} "$out/manifest/" \; 2>/dev/null || true
 cat >"$out/manifest/every-key.toml" <<'TOML'
@@ -81,6 +83,6 @@ prompt = "Hello"
 priority = 7
 stop = ["x"]
 TOML
-for t in gguf cellm safetensors manifest bpe spm chat_template; do
+for t in gguf cellm safetensors manifest bpe spm chat_template image; do
   echo "make_corpus: $t: $(ls "$out/$t" | wc -l) seeds"
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) in build-fuzz/ with clang and runs them.
 #
-#   scripts/fuzz.sh TARGET SECONDS     one target: gguf cellm safetensors manifest bpe spm chat_template
+#   scripts/fuzz.sh TARGET SECONDS     one target: gguf cellm safetensors manifest bpe spm chat_template image
 #   scripts/fuzz.sh all SECONDS        every target in turn (FUZZ_PARALLEL=2: two at a time)
 #
 # Seeds come from fuzz/make_corpus.sh (written once into build-fuzz/corpus/TARGET; new inputs libFuzzer finds
@@ -12,7 +12,7 @@
 # own seed, default 1), FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 
-targets=(gguf cellm safetensors manifest bpe spm chat_template)
+targets=(gguf cellm safetensors manifest bpe spm chat_template image)
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
   echo "usage: $0 TARGET|all SECONDS   (targets: ${targets[*]})" >&2
   exit 2
@@ -46,7 +46,7 @@ fuzz_one() {
   local t=$1 crashes=$build/crashes/$1 workers=${FUZZ_WORKERS:-1}
   mkdir -p "$crashes" "$build/logs" "$build/corpus/$t"
   local rc=0 max_len=8192 start=$SECONDS w pids=()
-  case $t in gguf | cellm | safetensors) max_len=1048576 ;; esac
+  case $t in gguf | cellm | safetensors) max_len=1048576 ;; image) max_len=65536 ;; esac
   # -rss_limit_mb/-malloc_limit_mb: an allocation sized by the input beyond 2 GiB counts as a finding.
   for ((w = 1; w <= workers; ++w)); do
     "$build/bin/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=2048 \
