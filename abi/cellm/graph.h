@@ -107,6 +107,13 @@ typedef enum cellm_op {
      * out: F32 [head_dim * n_head, n_tokens]. */
     CELLM_OP_ATTENTION = 23,
 
+    /* Since 1.2. A strided window of src0 (F32), copied out contiguous:
+     * out[i0, i1, i2, i3] = src0[iparams[0] + i0 + i1 * iparams[1] + i2 * iparams[2] + i3 * iparams[3]],
+     * indexing src0's elements in memory order: iparams[0] is an offset and iparams[1..3] the strides of dims 1..3
+     * (dim 0 is contiguous), all in elements and non-negative, every index within src0. Takes one layer's slice of
+     * a tensor packed for all layers (Gemma 4's per-layer embeddings). out: F32, the node's shape. */
+    CELLM_OP_VIEW = 24,
+
     /* Since 1.2: what Qwen3.5's gated DeltaNet layers need (see "Recurrent state" above). */
 
     /* Unary on F32: out = 1 / (1 + exp(-src0)), and out = log(1 + exp(src0)) (src0 itself above 20, as torch). */

@@ -85,6 +85,16 @@ void matmul(const Context& c) {
     }
 }
 
+void view(const Context& c) {
+    const Node& out = c.node;
+    const float* in = c.src(0).f32();
+    for (int64_t r = c.begin; r < c.end; ++r) {
+        const int64_t i1 = r % out.ne[1], i2 = r / out.ne[1] % out.ne[2], i3 = r / (out.ne[1] * out.ne[2]);
+        const int64_t from = out.iparams[0] + i1 * out.iparams[1] + i2 * out.iparams[2] + i3 * out.iparams[3];
+        std::copy(in + from, in + from + out.ne[0], out.f32() + r * out.ne[0]);
+    }
+}
+
 void rms_norm(const Context& c) {
     const Node& x = c.src(0);
     const int64_t n = x.ne[0];
@@ -330,7 +340,7 @@ int64_t reference_parts(const Plan& plan, int32_t index) {
     const Node& node = plan.nodes[static_cast<size_t>(index)];
     switch (node.op) {
     case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
-    case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU:
+    case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_VIEW:
         return node.rows();
     case CELLM_OP_GET_ROWS: return node.ne[1];
     case CELLM_OP_ROPE: return node.ne[2];
@@ -389,6 +399,7 @@ void run_reference_part(Plan& plan, int32_t index, int64_t begin, int64_t end) {
     case CELLM_OP_ROPE: rope(c); break;
     case CELLM_OP_KV_STORE: kv_store(c); break;
     case CELLM_OP_ATTENTION: attention(c); break;
+    case CELLM_OP_VIEW: view(c); break;
     case CELLM_OP_SIGMOID: map(c, sigmoid); break;
     case CELLM_OP_SOFTPLUS: map(c, softplus); break;
     case CELLM_OP_SSM_CONV: ssm_conv(c); break;

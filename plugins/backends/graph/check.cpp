@@ -31,6 +31,7 @@ const char* op_name(cellm_op op) {
     case CELLM_OP_RESHAPE: return "RESHAPE";
     case CELLM_OP_KV_STORE: return "KV_STORE";
     case CELLM_OP_ATTENTION: return "ATTENTION";
+    case CELLM_OP_VIEW: return "VIEW";
     case CELLM_OP_SIGMOID: return "SIGMOID";
     case CELLM_OP_SOFTPLUS: return "SOFTPLUS";
     case CELLM_OP_STATE: return "STATE";
@@ -50,6 +51,7 @@ bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype)) {
     case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
     case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
     case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_ROPE: case CELLM_OP_ATTENTION:
+    case CELLM_OP_VIEW:
         return type == CELLM_TYPE_F32;
     case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: case CELLM_OP_STATE: case CELLM_OP_SSM_CONV: case CELLM_OP_DELTA_NET:
         return type == CELLM_TYPE_F32;
@@ -87,6 +89,7 @@ Arity arity(cellm_op op) {
     switch (op) {
     case CELLM_OP_WEIGHT: case CELLM_OP_KV_CACHE: case CELLM_OP_INPUT: return {0, 0};
     case CELLM_OP_SCALE: case CELLM_OP_SILU: case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_RESHAPE:
+    case CELLM_OP_VIEW:
         return {1, 0};
     case CELLM_OP_RMS_NORM: return {1, 1};
     case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_GLU:
@@ -135,6 +138,7 @@ public:
         case CELLM_OP_RESHAPE: reshape(); break;
         case CELLM_OP_KV_STORE: kv_store(); break;
         case CELLM_OP_ATTENTION: attention(); break;
+        case CELLM_OP_VIEW: view(); break;
         case CELLM_OP_STATE: recurrent_op(); leaf(); break;
         case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: recurrent_op(); unary(); break;
         case CELLM_OP_SSM_CONV: recurrent_op(); ssm_conv(); break;
@@ -315,6 +319,16 @@ private:
         expect(n_.type == src(0).type, "type differs from its source");
         expect(n_.nelements() == src(0).nelements(), "element count differs from its source");
         n_.bytes = src(0).bytes;
+    }
+
+    void view() {
+        expect_type(0, CELLM_TYPE_F32, "src0");
+        expect(n_.type == CELLM_TYPE_F32, "output type " + std::to_string(n_.type) + ", expected F32");
+        int64_t last = n_.iparams[0] + n_.ne[0] - 1;
+        for (size_t d = 0; d < 4; ++d) expect(n_.iparams[d] >= 0, "offset and strides must not be negative");
+        for (size_t d = 1; d < 4; ++d) last += (n_.ne[d] - 1) * n_.iparams[d];
+        expect(last < src(0).nelements(), "the window reaches element " + std::to_string(last) + " of a source of " +
+                                              std::to_string(src(0).nelements()));
     }
 
     void kv_store() {

@@ -47,7 +47,10 @@ bool recurrent_op(cellm_op op) {
     return op == CELLM_OP_SIGMOID || op == CELLM_OP_SOFTPLUS || op == CELLM_OP_STATE || op == CELLM_OP_SSM_CONV ||
            op == CELLM_OP_DELTA_NET;
 }
-bool accepts(cellm_op op, cellm_dtype type) { return !recurrent_op(op) && graph::op_accepts(op, type, weight_type); }
+// Nor has VIEW (ABI 1.2, Gemma 4's per-layer embeddings).
+bool accepts(cellm_op op, cellm_dtype type) {
+    return op != CELLM_OP_VIEW && !recurrent_op(op) && graph::op_accepts(op, type, weight_type);
+}
 
 cellm_status* create(const cellm_option* options, size_t n_options, cellm_backend** out) {
     return guard([&]() -> cellm_status* {
