@@ -1,5 +1,6 @@
 #include "hf_config.h"
 
+#include "gemma4.h"
 #include "plugin_host.hpp"
 
 #include <fstream>
@@ -91,6 +92,7 @@ json read_json_file(const std::filesystem::path& path) {
 
 HfConfig read_config(const json& config, const std::string& file, MetaTable& meta) {
     if (!config.is_object()) throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": not a JSON object");
+    if (is_gemma4(config)) return read_gemma4_config(config, file, meta);
     const ConfigReader c(config, file);
 
     HfConfig out;
@@ -103,7 +105,7 @@ HfConfig read_config(const json& config, const std::string& file, MetaTable& met
     }
     if (!arch) {
         const std::string named = model_type != nullptr ? model_type->dump() : classes != nullptr ? classes->dump() : "none";
-        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3)");
+        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3, gemma4_text, gemma4)");
     }
     out.arch = *arch;
     const std::string k = out.arch + ".";

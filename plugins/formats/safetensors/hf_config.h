@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cellm::safetensors_plugin {
 
@@ -21,6 +22,7 @@ struct HfConfig {
     uint32_t n_head = 0;
     uint32_t n_head_kv = 0;
     std::optional<int64_t> bos_token_id, eos_token_id;
+    std::vector<float> rope_freqs;  // a rope_freqs.weight the folder lacks and the arch needs (Gemma 4), or empty
 };
 
 // Reads `config` (from `file`, for messages) and adds general.architecture and the arch's hyperparameters to

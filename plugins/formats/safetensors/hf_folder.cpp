@@ -3,6 +3,7 @@
 #include "hf_config.h"
 #include "hf_tokenizer.h"
 #include "formats/limits.h"
+#include "gemma4.h"
 #include "plugin_host.hpp"
 #include "shard.h"
 
@@ -187,7 +188,8 @@ HfFolder::HfFolder(const fs::path& folder) {
     // size: the sources lie in the data areas, and each tensor's header entry (over 80 bytes for these names)
     // outweighs the 63 bytes at most that aligning its copy adds.
     const bool permute = config.arch == "llama";
-    mapping_ = std::make_unique<FolderMapping>(paths, permute ? total : 0);
+    const uint64_t rope_freqs_bytes = config.rope_freqs.size() * sizeof(float);
+    mapping_ = std::make_unique<FolderMapping>(paths, (permute ? total : 0) + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
     uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
@@ -212,7 +214,8 @@ HfFolder::HfFolder(const fs::path& folder) {
                                                                file_limits::max_model_bytes, " bytes"));
             }
             tensor_bytes += t.size;
-            const std::optional<std::string> name = gguf_name(t.name, paths[s]);
+            const std::optional<std::string> name =
+                config.arch == "gemma4" ? gemma4_tensor_name(t.name, paths[s]) : gguf_name(t.name, paths[s]);
             if (!name) continue;
             cellm_tensor_info info{};
             info.struct_size = sizeof(info);
@@ -241,6 +244,22 @@ HfFolder::HfFolder(const fs::path& folder) {
         if (it == found.end() || it->second != shard) {
             throw plugin::Failure(CELLM_ERR_CORRUPT, (folder / index_file).string() + ": tensor '" + tensor + "' is not in " + shard);
         }
+    }
+    if (rope_freqs_bytes > 0) {
+        // Gemma 4's proportional RoPE as llama.cpp's converter writes it: one divisor per rotary pair.
+        uint8_t* data = mapping_->allocate(rope_freqs_bytes);
+        std::memcpy(data, config.rope_freqs.data(), rope_freqs_bytes);
+        cellm_tensor_info info{};
+        info.struct_size = sizeof(info);
+        const std::string& kept = names_.emplace_back("rope_freqs.weight");
+        info.name = {kept.data(), kept.size()};
+        info.type = CELLM_TYPE_F32;
+        info.n_dims = 1;
+        info.ne[0] = static_cast<int64_t>(config.rope_freqs.size());
+        for (uint32_t d = 1; d < CELLM_MAX_DIMS; ++d) info.ne[d] = 1;
+        info.size = rope_freqs_bytes;
+        info.data = data;
+        tensors_.push_back(info);
     }
     mapping_->seal();
     if (permute) meta_.add_string("cellm.rope.layout", "adjacent");
