@@ -334,6 +334,35 @@ TEST_P(RecurrentOps, SigmoidAndSoftplus) {
     }
 }
 
+// Big enough that openblas splits DELTA_NET by value head and SSM_CONV by channel across its threads: every
+// part must give the reference's values and states bit for bit.
+TEST(RecurrentOpsOpenblas, SplitWorkMatchesScalarBitForBit) {
+    const DeltaShape s{8, 4, 8, 16, 3};
+    const int64_t n = 160, channels = 128, kernel = 4;
+    std::vector<int32_t> seq_of(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) seq_of[static_cast<size_t>(t)] = t < n / 2 ? 0 : 1;
+    const DeltaInputs in = delta_inputs(s, n, seq_of, {2, 0}, 60);
+    const std::vector<float> x = random_floats(static_cast<size_t>(channels * n), 61);
+    const std::vector<float> w = random_floats(static_cast<size_t>(kernel * channels), 62);
+    const std::vector<float> saved = random_floats(static_cast<size_t>((kernel - 1) * channels * 3), 63);
+    std::vector<std::vector<float>> results[2], states[2];
+    const char* backends[] = {"scalar", "openblas"};
+    for (int b = 0; b < 2; ++b) {
+        Graph gr(backends[b]);
+        const DeltaGraph d = delta_graph(gr, s, in, n, 2, 0);
+        const int32_t xn = gr.leaf(CELLM_OP_WEIGHT, channels, n, x);
+        const int32_t wn = gr.leaf(CELLM_OP_WEIGHT, kernel, channels, w);
+        const int32_t st = gr.leaf(CELLM_OP_STATE, (kernel - 1) * channels, 3, saved);
+        const int32_t conv = gr.add(CELLM_OP_SSM_CONV, {channels, n}, {xn, wn, st, d.seq_of, d.slots});
+        ASSERT_EQ(gr.prepare({d.out, conv}), "");
+        ASSERT_EQ(gr.run({{d.seq_of, in.seq_of}, {d.slots, in.slots}}), "");
+        results[b] = gr.results;
+        states[b] = {gr.read_leaf(d.state), gr.read_leaf(st)};
+    }
+    EXPECT_EQ(results[1], results[0]);
+    EXPECT_EQ(states[1], states[0]);
+}
+
 // ---- Malformed graphs and step inputs ----
 
 // A DELTA_NET graph with one thing broken by `spoil`; its prepare error must contain `expected`.

@@ -2,6 +2,7 @@
 
 #include "gemma4.h"
 #include "plugin_host.hpp"
+#include "qwen35.h"
 
 #include <fstream>
 #include <iterator>
@@ -93,6 +94,7 @@ json read_json_file(const std::filesystem::path& path) {
 HfConfig read_config(const json& config, const std::string& file, MetaTable& meta) {
     if (!config.is_object()) throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": not a JSON object");
     if (is_gemma4(config)) return read_gemma4_config(config, file, meta);
+    if (is_qwen35(config)) return read_qwen35_config(config, file, meta);
     const ConfigReader c(config, file);
 
     HfConfig out;
@@ -105,7 +107,7 @@ HfConfig read_config(const json& config, const std::string& file, MetaTable& met
     }
     if (!arch) {
         const std::string named = model_type != nullptr ? model_type->dump() : classes != nullptr ? classes->dump() : "none";
-        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3, gemma4_text, gemma4)");
+        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3, gemma4_text, gemma4, qwen3_5_text)");
     }
     out.arch = *arch;
     const std::string k = out.arch + ".";

@@ -5,6 +5,7 @@
 #include "formats/limits.h"
 #include "gemma4.h"
 #include "plugin_host.hpp"
+#include "qwen35.h"
 #include "shard.h"
 
 #include <algorithm>
@@ -184,12 +185,14 @@ HfFolder::HfFolder(const fs::path& folder) {
         }
         total += size;
     }
-    // Only Llama's Q/K are rewritten. claim_bytes keeps their sources disjoint, so the copies fit in the shards'
-    // size: the sources lie in the data areas, and each tensor's header entry (over 80 bytes for these names)
-    // outweighs the 63 bytes at most that aligning its copy adds.
+    // Only Llama's Q/K and Qwen3.5's norm gains and A_log (qwen35.h) are rewritten. claim_bytes keeps their sources
+    // disjoint, so the copies fit in the shards' size: the sources lie in the data areas, and each tensor's header
+    // entry (over 64 bytes for these names) outweighs the 63 bytes at most that aligning its copy adds.
     const bool permute = config.arch == "llama";
+    const bool qwen35 = config.arch == "qwen35";
     const uint64_t rope_freqs_bytes = config.rope_freqs.size() * sizeof(float);
-    mapping_ = std::make_unique<FolderMapping>(paths, (permute ? total : 0) + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
+    mapping_ = std::make_unique<FolderMapping>(
+        paths, (permute || qwen35 ? total : 0) + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
     uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
@@ -215,7 +218,9 @@ HfFolder::HfFolder(const fs::path& folder) {
             }
             tensor_bytes += t.size;
             const std::optional<std::string> name =
-                config.arch == "gemma4" ? gemma4_tensor_name(t.name, paths[s]) : gguf_name(t.name, paths[s]);
+                config.arch == "gemma4"   ? gemma4_tensor_name(t.name, paths[s])
+                : config.arch == "qwen35" ? qwen35_tensor_name(t.name, paths[s])
+                                          : gguf_name(t.name, paths[s]);
             if (!name) continue;
             cellm_tensor_info info{};
             info.struct_size = sizeof(info);
@@ -235,6 +240,18 @@ HfFolder::HfFolder(const fs::path& folder) {
                 uint8_t* rows = mapping_->allocate(t.size);
                 permute_rows(t, is_q ? config.n_head : config.n_head_kv, rows, paths[s]);
                 info.data = rows;
+            }
+            if (qwen35 && name->ends_with("ssm_conv1d.weight") && info.n_dims == 3 && info.ne[1] == 1) {
+                // PyTorch's [channels, 1, kernel] is GGUF's [kernel, channels]: the same bytes, one dim fewer.
+                info.n_dims = 2;
+                info.ne[1] = info.ne[2];
+                info.ne[2] = 1;
+            }
+            if (qwen35 && qwen35_rewrites(*name)) {
+                claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);
+                uint8_t* values = mapping_->allocate(t.size);
+                qwen35_rewrite(*name, t, values, paths[s]);
+                info.data = values;
             }
             tensors_.push_back(info);
         }
