@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <span>
 
@@ -95,7 +96,9 @@ protected:
             worst = std::min(worst, c);
             EXPECT_GE(c, kMinCosine) << how << ", position " << first + row;
         }
-        RecordProperty(how + "_worst_cosine", std::to_string(worst));
+        char text[32];
+        std::snprintf(text, sizeof text, "%.9f", worst);
+        RecordProperty(how + "_worst_cosine", text);
     }
 
     const Reference* ref_ = nullptr;
