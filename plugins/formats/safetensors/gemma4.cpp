@@ -1,5 +1,6 @@
 #include "gemma4.h"
 
+#include "config_reader.h"
 #include "plugin_host.hpp"
 
 #include <algorithm>
@@ -16,62 +17,8 @@ using nlohmann::json;
 // llama.cpp's gemma4 converter writes the same divisor for the rotary pairs that do not turn.
 constexpr float kStillPair = 1e30f;
 
-class Reader {
-public:
-    Reader(const json& config, const std::string& file) : config_(config), file_(file) {}
-
-    [[noreturn]] void fail(cellm_status_code code, const std::string& message) const {
-        throw plugin::Failure(code, file_ + ": " + message);
-    }
-    const json* find(const json& in, const char* key) const {
-        const auto it = in.find(key);
-        return it == in.end() || it->is_null() ? nullptr : &*it;
-    }
-    const json* find(const char* key) const { return find(config_, key); }
-    uint32_t dimension(const json& v, const std::string& key) const {
-        if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > (1u << 30)) {
-            fail(CELLM_ERR_CORRUPT, "'" + key + "' is not a positive integer of plausible size");
-        }
-        return v.get<uint32_t>();
-    }
-    uint32_t dimension(const char* key) const {
-        const json* v = find(key);
-        if (v == nullptr) fail(CELLM_ERR_NOT_FOUND, std::string("missing '") + key + "'");
-        return dimension(*v, key);
-    }
-    // A count that may be 0 (or absent: `fallback`, transformers' default).
-    uint32_t count(const char* key, uint32_t fallback) const {
-        const json* v = find(key);
-        if (v == nullptr) return fallback;
-        if (!v->is_number_unsigned() || v->get<uint64_t>() > (1u << 30)) fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a count");
-        return v->get<uint32_t>();
-    }
-    float number(const json& in, const char* key, const std::string& where, float fallback) const {
-        const json* v = find(in, key);
-        if (v == nullptr) return fallback;
-        if (!v->is_number()) fail(CELLM_ERR_CORRUPT, "'" + where + key + "' is not a number");
-        return v->get<float>();
-    }
-    bool flag(const char* key) const {
-        const json* v = find(key);
-        if (v == nullptr) return false;
-        if (!v->is_boolean()) fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a boolean");
-        return v->get<bool>();
-    }
-    std::string text(const json& in, const char* key, const std::string& where, const std::string& fallback) const {
-        const json* v = find(in, key);
-        if (v == nullptr) return fallback;
-        if (!v->is_string()) fail(CELLM_ERR_CORRUPT, "'" + where + key + "' is not a string");
-        return v->get<std::string>();
-    }
-
-private:
-    const json& config_;
-    const std::string& file_;
-};
-
 // layer_types, or transformers' default: every sixth layer global, and the last one always.
-std::vector<bool> sliding_layers(const Reader& c, uint32_t n_layer) {
+std::vector<bool> sliding_layers(const ConfigReader& c, uint32_t n_layer) {
     std::vector<bool> sliding(n_layer);
     const json* types = c.find("layer_types");
     if (types != nullptr && (!types->is_array() || types->size() != n_layer)) {
@@ -100,7 +47,7 @@ struct Rope {
 };
 
 // rope_parameters[layer_type], or transformers' default for it.
-Rope rope_of(const Reader& c, const char* type, Rope fallback) {
+Rope rope_of(const ConfigReader& c, const char* type, Rope fallback) {
     const json* all = c.find("rope_parameters");
     if (all == nullptr) return fallback;
     const json* p = all->is_object() ? c.find(*all, type) : nullptr;
@@ -117,7 +64,7 @@ Rope rope_of(const Reader& c, const char* type, Rope fallback) {
     return r;
 }
 
-void refuse(const Reader& c, bool what, const std::string& message) {
+void refuse(const ConfigReader& c, bool what, const std::string& message) {
     if (what) c.fail(CELLM_ERR_UNSUPPORTED, message);
 }
 
@@ -137,7 +84,7 @@ HfConfig read_gemma4_config(const json& config, const std::string& file, MetaTab
     const auto nested = config.find("text_config");
     const bool multimodal = nested != config.end() && nested->is_object();
     const json& text = multimodal ? *nested : config;
-    const Reader c(text, file);
+    const ConfigReader c(text, file);
 
     refuse(c, c.flag("enable_moe_block"), "enable_moe_block: Gemma 4's Mixture-of-Experts layers are not supported");
     refuse(c, c.flag("attention_bias"), "attention_bias: attention biases are not supported for gemma4");
@@ -172,9 +119,9 @@ HfConfig read_gemma4_config(const json& config, const std::string& file, MetaTab
             const auto il = std::stoul(index);
             for (const auto& [name, value] : layer.items()) {
                 if (name == "head_dim") {
-                    heads[il] = c.dimension(value, where + name);
+                    heads[il] = c.dimension_of(value, where + name);
                 } else if (name == "num_key_value_heads") {
-                    kv_heads[il] = c.dimension(value, where + name);
+                    kv_heads[il] = c.dimension_of(value, where + name);
                 } else {
                     c.fail(CELLM_ERR_UNSUPPORTED, "'" + where + name + "' is not supported (head_dim, num_key_value_heads)");
                 }
@@ -185,8 +132,8 @@ HfConfig read_gemma4_config(const json& config, const std::string& file, MetaTab
         const json* global_kv = k_eq_v ? c.find("num_global_key_value_heads") : nullptr;
         for (uint32_t il = 0; il < n_layer; ++il) {
             if (sliding[il]) continue;
-            heads[il] = global_head != nullptr ? c.dimension(*global_head, "global_head_dim") : 512;  // transformers' default
-            if (global_kv != nullptr) kv_heads[il] = c.dimension(*global_kv, "num_global_key_value_heads");
+            heads[il] = global_head != nullptr ? c.dimension_of(*global_head, "global_head_dim") : 512;  // transformers' default
+            if (global_kv != nullptr) kv_heads[il] = c.dimension_of(*global_kv, "num_global_key_value_heads");
         }
     }
     uint32_t head_local = 0, head_global = 0;

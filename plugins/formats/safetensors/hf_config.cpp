@@ -1,6 +1,7 @@
 #include "hf_config.h"
 
 #include "gemma4.h"
+#include "config_reader.h"
 #include "plugin_host.hpp"
 #include "qwen35.h"
 
@@ -24,54 +25,6 @@ std::optional<std::string> arch_of_class(const std::string& cls) {
     if (cls == "Qwen3ForCausalLM") return "qwen3";
     return std::nullopt;
 }
-
-class ConfigReader {
-public:
-    ConfigReader(const json& config, const std::string& file) : config_(config), file_(file) {}
-
-    const json* find(const char* key) const {
-        const auto it = config_.find(key);
-        return it == config_.end() || it->is_null() ? nullptr : &*it;
-    }
-
-    uint32_t dimension(const char* key) const {
-        const json* v = find(key);
-        if (v == nullptr) fail(CELLM_ERR_NOT_FOUND, std::string("missing '") + key + "'");
-        return dimension_value(key, *v);
-    }
-    std::optional<uint32_t> optional_dimension(const char* key) const {
-        const json* v = find(key);
-        return v == nullptr ? std::nullopt : std::optional(dimension_value(key, *v));
-    }
-    std::optional<float> optional_number(const char* key) const {
-        const json* v = find(key);
-        if (v == nullptr) return std::nullopt;
-        if (!v->is_number()) fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a number");
-        return v->get<float>();
-    }
-    // bos_token_id / eos_token_id: an integer, or a list whose first entry counts (Llama 3 lists several EOS).
-    std::optional<int64_t> token_id(const char* key) const {
-        const json* v = find(key);
-        if (v != nullptr && v->is_array() && !v->empty()) v = &(*v)[0];
-        if (v == nullptr || !v->is_number_integer()) return std::nullopt;
-        return v->get<int64_t>();
-    }
-
-    [[noreturn]] void fail(cellm_status_code code, const std::string& message) const {
-        throw plugin::Failure(code, file_ + ": " + message);
-    }
-
-private:
-    uint32_t dimension_value(const char* key, const json& v) const {
-        if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > (1u << 30)) {
-            fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a positive integer of plausible size");
-        }
-        return v.get<uint32_t>();
-    }
-
-    const json& config_;
-    const std::string& file_;
-};
 
 }  // namespace
 

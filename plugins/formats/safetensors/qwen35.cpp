@@ -1,5 +1,6 @@
 #include "qwen35.h"
 
+#include "config_reader.h"
 #include "plugin_host.hpp"
 
 #include <algorithm>
@@ -13,56 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-class Reader {
-public:
-    Reader(const json& config, const std::string& file) : config_(config), file_(file) {}
-
-    [[noreturn]] void fail(cellm_status_code code, const std::string& message) const {
-        throw plugin::Failure(code, file_ + ": " + message);
-    }
-    static const json* find(const json& in, const char* key) {
-        const auto it = in.find(key);
-        return it == in.end() || it->is_null() ? nullptr : &*it;
-    }
-    const json* find(const char* key) const { return find(config_, key); }
-    uint32_t dimension(const char* key) const {
-        const json* v = find(key);
-        if (v == nullptr) fail(CELLM_ERR_NOT_FOUND, std::string("missing '") + key + "'");
-        return dimension(*v, key);
-    }
-    // transformers' default when the key is absent.
-    uint32_t dimension(const char* key, uint32_t fallback) const {
-        const json* v = find(key);
-        return v == nullptr ? fallback : dimension(*v, key);
-    }
-    float number(const json& in, const char* key, const std::string& where, float fallback) const {
-        const json* v = find(in, key);
-        if (v == nullptr) return fallback;
-        if (!v->is_number()) fail(CELLM_ERR_CORRUPT, "'" + where + key + "' is not a number");
-        return v->get<float>();
-    }
-    std::optional<int64_t> token_id(const char* key) const {
-        const json* v = find(key);
-        if (v != nullptr && v->is_array() && !v->empty()) v = &(*v)[0];
-        if (v == nullptr || !v->is_number_integer()) return std::nullopt;
-        return v->get<int64_t>();
-    }
-
-private:
-    uint32_t dimension(const json& v, const char* key) const {
-        if (!v.is_number_unsigned() || v.get<uint64_t>() == 0 || v.get<uint64_t>() > (1u << 30)) {
-            fail(CELLM_ERR_CORRUPT, std::string("'") + key + "' is not a positive integer of plausible size");
-        }
-        return v.get<uint32_t>();
-    }
-
-    const json& config_;
-    const std::string& file_;
-};
-
 // llama.cpp keeps one number for the layer pattern: every interval-th layer is full attention. layer_types must
 // follow it (it does in every Qwen3.5 checkpoint); without layer_types, transformers derives them from it.
-uint32_t full_attention_interval(const Reader& c, uint32_t n_layer) {
+uint32_t full_attention_interval(const ConfigReader& c, uint32_t n_layer) {
     const json* types = c.find("layer_types");
     if (types == nullptr) return c.dimension("full_attention_interval", 4);
     if (!types->is_array() || types->size() != n_layer) {
@@ -111,14 +65,14 @@ constexpr std::pair<std::string_view, std::string_view> layer_names[] = {
 }  // namespace
 
 bool is_qwen35(const json& config) {
-    const json* type = Reader::find(config, "model_type");
+    const json* type = ConfigReader::find(config, "model_type");
     if (type != nullptr && type->is_string()) return type->get<std::string>() == "qwen3_5_text";
-    const json* classes = Reader::find(config, "architectures");
+    const json* classes = ConfigReader::find(config, "architectures");
     return classes != nullptr && classes->is_array() && !classes->empty() && (*classes)[0] == "Qwen3_5ForCausalLM";
 }
 
 HfConfig read_qwen35_config(const json& config, const std::string& file, MetaTable& meta) {
-    const Reader c(config, file);
+    const ConfigReader c(config, file);
     if (const json* bias = c.find("attention_bias"); bias != nullptr && *bias != false) {
         c.fail(CELLM_ERR_UNSUPPORTED, "attention_bias " + bias->dump() + " is not supported (qwen35 has none)");
     }
@@ -150,7 +104,7 @@ HfConfig read_qwen35_config(const json& config, const std::string& file, MetaTab
     const json* rope = c.find("rope_parameters");
     const json& r = rope != nullptr && rope->is_object() ? *rope : config;
     const std::string where = rope != nullptr ? "rope_parameters." : "";
-    if (const json* type = Reader::find(r, "rope_type"); type != nullptr && *type != "default") {
+    if (const json* type = ConfigReader::find(r, "rope_type"); type != nullptr && *type != "default") {
         c.fail(CELLM_ERR_UNSUPPORTED, "'" + where + "rope_type' " + type->dump() + " is not supported (default)");
     }
     meta.add_f32("qwen35.rope.freq_base", c.number(r, "rope_theta", where, 10000.0f));
