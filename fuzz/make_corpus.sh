@@ -3,7 +3,7 @@
 #   gguf         synthetic models from cellm-make-model (q4_0 tiny / qwen2-tiny / qwen3-tiny, f32 tiny) plus
 #                hand-made GGUFs of a few KiB (fuzz/make_seeds.py)
 #   cellm        those GGUFs converted by cellm-host convert (plain and --quantize int4)
-#   safetensors  a small Hugging Face folder packed as fuzz_safetensors reads it (make_seeds.py)
+#   safetensors  a small Hugging Face folder packed as fuzz_safetensors reads it (make_seeds.py), and tests/data/hf's
 #   manifest     config/*.toml and the manifests of tests/
 #   bpe, spm     texts with flags and token ids (make_seeds.py)
 #   chat_template  conversations and the template sources (make_seeds.py)
@@ -34,6 +34,12 @@ done
   --backend scalar >/dev/null 2>&1 || echo "make_corpus: cellm-host convert --quantize int4 failed (seed skipped)" >&2
 
 cp "$root"/tests/data/vision/*.png "$root"/tests/data/vision/*.jpg "$out/image/"
+# The transformers-made folders of tests/data/hf (every model type the plugin reads), packed as fuzz_safetensors
+# takes a folder: config.json, tokenizer.json and model.safetensors joined by its separator.
+for d in "$root"/tests/data/hf/*/; do
+  { cat "$d/config.json"; printf '\n--8<--\n'; cat "$d/tokenizer.json"; printf '\n--8<--\n'; cat "$d/model.safetensors"; } \
+    >"$out/safetensors/hf-$(basename "$d")"
+done
 for f in "$root"/config/*.toml; do cp "$f" "$out/manifest/"; done
 find "$root/tests" -name '*.toml' -exec cp {} "$out/manifest/" \; 2>/dev/null || true
 cat >"$out/manifest/every-key.toml" <<'TOML'
