@@ -121,16 +121,6 @@ int32_t GraphBuilder::reshape(int32_t x, Shape ne, const std::string& name) {
     return append(make(CELLM_OP_RESHAPE, ne, {x}), name);
 }
 
-#if CELLM_ABI_MINOR >= 2
-int32_t GraphBuilder::view(int32_t x, Shape ne, int32_t offset, std::array<int32_t, 3> strides,
-                           const std::string& name) {
-    cellm_node n = make(CELLM_OP_VIEW, ne, {x});
-    n.iparams[0] = offset;
-    for (size_t d = 0; d < strides.size(); ++d) n.iparams[d + 1] = strides[d];
-    return append(n, name);
-}
-#endif
-
 int32_t GraphBuilder::rope(int32_t x, int32_t positions, int32_t freq_factors, int32_t n_rot, cellm_rope_mode mode,
                            float freq_base, float freq_scale, const std::string& name) {
     cellm_node n = make(CELLM_OP_ROPE, shape(x), {x, positions, freq_factors});

@@ -45,10 +45,8 @@ public:
     int32_t swiglu(int32_t gate, int32_t up, const std::string& name);
     int32_t geglu(int32_t gate, int32_t up, const std::string& name);  // GELU (tanh approximation) gating
     int32_t reshape(int32_t x, Shape ne, const std::string& name);
-#if CELLM_ABI_MINOR >= 2  // cellm-llama10 (tests/abi10) builds this file against the 1.0 headers
     // A copy of x's elements offset + i0 + i1 * strides[0] + i2 * strides[1] + i3 * strides[2] (CELLM_OP_VIEW).
     int32_t view(int32_t x, Shape ne, int32_t offset, std::array<int32_t, 3> strides, const std::string& name);
-#endif
     int32_t rope(int32_t x, int32_t positions, int32_t freq_factors, int32_t n_rot, cellm_rope_mode mode,
                  float freq_base, float freq_scale, const std::string& name);
     int32_t kv_store(int32_t pool, int32_t rows, int32_t slots, const std::string& name);

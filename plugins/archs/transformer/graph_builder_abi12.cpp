@@ -1,8 +1,16 @@
-// GraphBuilder's nodes for the recurrent layers' ops (ABI 1.2). Apart from graph_builder.cpp, which tests/abi10
-// also builds against the frozen ABI 1.0 headers, where these ops do not exist.
+// GraphBuilder's nodes for the ops ABI 1.2 added (VIEW and the recurrent layers' ops). Apart from
+// graph_builder.cpp, which tests/abi10 also builds against the frozen ABI 1.0 headers, where these ops do not exist.
 #include "graph_builder.hpp"
 
 namespace cellm::transformer {
+
+int32_t GraphBuilder::view(int32_t x, Shape ne, int32_t offset, std::array<int32_t, 3> strides,
+                           const std::string& name) {
+    cellm_node n = make(CELLM_OP_VIEW, ne, {x});
+    n.iparams[0] = offset;
+    for (size_t d = 0; d < strides.size(); ++d) n.iparams[d + 1] = strides[d];
+    return append(n, name);
+}
 
 int32_t GraphBuilder::sigmoid(int32_t x, const std::string& name) {
     return append(make(CELLM_OP_SIGMOID, shape(x), {x}), name);
