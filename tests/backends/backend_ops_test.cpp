@@ -544,6 +544,22 @@ protected:
     // backends, and on the vulkan backend's exact precision (docs/vulkan.md) on devices with shaderFloat64 such
     // as lavapipe, where its tests run.
     bool integer_products_exact() const { return host_memory() || GetParam().name == "vulkan"; }
+
+    // Builds the products of `cases` on this backend and on `scalar` alike and runs both; their outputs follow
+    // the cases' order in `results` and `scalar.results`.
+    void run_beside_scalar(Instance& scalar, const std::vector<MatmulCase>& cases) {
+        clear_graph();
+        scalar.clear_graph();
+        std::vector<int32_t> outputs;
+        for (const MatmulCase& c : cases) {
+            outputs.push_back(c.add_to(*this));
+            c.add_to(scalar);
+        }
+        ASSERT_EQ(prepare(outputs), "");
+        ASSERT_EQ(execute({}), "");
+        ASSERT_EQ(scalar.prepare(outputs), "");
+        ASSERT_EQ(scalar.execute({}), "");
+    }
 };
 
 std::string test_name(const ::testing::TestParamInfo<BackendPlugin>& info) {
@@ -629,17 +645,7 @@ TEST_P(BackendOps, MatmulWithManyColumns) {
         std::vector<MatmulCase> cases;
         for (cellm_dtype type : every_weight_type)
             for (int64_t n : {1, 3, 8, 33}) cases.push_back({type, k, 37, n, seed += 2});
-        clear_graph();
-        scalar.clear_graph();
-        std::vector<int32_t> outputs;
-        for (const MatmulCase& c : cases) {
-            outputs.push_back(c.add_to(*this));
-            c.add_to(scalar);
-        }
-        ASSERT_EQ(prepare(outputs), "");
-        ASSERT_EQ(execute({}), "");
-        ASSERT_EQ(scalar.prepare(outputs), "");
-        ASSERT_EQ(scalar.execute({}), "");
+        ASSERT_NO_FATAL_FAILURE(run_beside_scalar(scalar, cases));
         for (size_t i = 0; i < cases.size(); ++i) {
             SCOPED_TRACE(cases[i].label());
             expect_near_all(results[i], matmul_reference(cases[i].weights(), cases[i].x(), cases[i].n), 1e-5f, "matmul");
@@ -663,15 +669,7 @@ TEST_P(BackendOps, LongRowsMatchScalarBitForBit) {
         for (cellm_dtype type : every_weight_type)
             if (cellm::blocks::has_q8_dot(type) || cellm::blocks::has_q8k_dot(type))
                 for (int64_t n : {1, 3, 33}) cases.push_back({type, k, 37, n, seed += 2});
-    std::vector<int32_t> outputs;
-    for (const MatmulCase& c : cases) {
-        outputs.push_back(c.add_to(*this));
-        c.add_to(scalar);
-    }
-    ASSERT_EQ(prepare(outputs), "");
-    ASSERT_EQ(execute({}), "");
-    ASSERT_EQ(scalar.prepare(outputs), "");
-    ASSERT_EQ(scalar.execute({}), "");
+    ASSERT_NO_FATAL_FAILURE(run_beside_scalar(scalar, cases));
     for (size_t i = 0; i < cases.size(); ++i) {
         SCOPED_TRACE(cases[i].label());
         expect_identical(results[i], scalar.results[i], "vs scalar");
