@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <initializer_list>
 #include <ostream>
 #include <random>
@@ -132,6 +133,7 @@ std::vector<float> random_floats(size_t n, unsigned seed, float scale = 1.0f) {
 
 using Shape = std::initializer_list<int64_t>;
 using Bindings = std::vector<std::pair<int32_t, std::vector<int32_t>>>;
+using FloatBindings = std::vector<std::pair<int32_t, std::vector<float>>>;  // the F32 input kinds (ABI 1.3)
 
 // A weight matrix of k x m elements stored as `type`, and its stored values expanded to floats.
 struct Weights {
@@ -210,6 +212,7 @@ struct Instance {
         return static_cast<int32_t>(nodes.size() - 1);
     }
     int32_t input(cellm_input_kind kind, Shape ne) { return add(CELLM_OP_INPUT, CELLM_TYPE_I32, ne, {}, {kind}); }
+    int32_t input_f32(cellm_input_kind kind, Shape ne) { return add(CELLM_OP_INPUT, CELLM_TYPE_F32, ne, {}, {kind}); }
 
     // A leaf whose data (already in `type`'s layout) is uploaded into a fresh buffer.
     int32_t leaf(cellm_op op, cellm_dtype type, int64_t ne0, int64_t ne1, const void* data) {
@@ -267,10 +270,11 @@ struct Instance {
         return static_cast<uint64_t>(cellm_node_nelements(&n)) * 4;
     }
 
-    // Executes with I32 inputs; fills `results` (one vector per prepared output).
-    std::string execute(const Bindings& in) {
+    // Executes with I32 inputs and F32 ones; fills `results` (one vector per prepared output).
+    std::string execute(const Bindings& in, const FloatBindings& floats = {}) {
         std::vector<cellm_input_binding> ib;
         for (const auto& [node, data] : in) ib.push_back({node, data.data(), data.size() * 4});
+        for (const auto& [node, data] : floats) ib.push_back({node, data.data(), data.size() * 4});
         results.assign(out_nodes.size(), {});
         std::vector<cellm_output_binding> ob;
         for (size_t k = 0; k < out_nodes.size(); ++k) {
@@ -559,6 +563,30 @@ protected:
         ASSERT_EQ(execute({}), "");
         ASSERT_EQ(scalar.prepare(outputs), "");
         ASSERT_EQ(scalar.execute({}), "");
+    }
+
+    // Whether this backend runs the vision encoder's ops (ABI 1.3); VisionOpsRunOrAreDeclinedByName checks the
+    // ones that do not decline them cleanly.
+    bool runs_vision_ops() const {
+        for (cellm_op op : {CELLM_OP_LAYER_NORM, CELLM_OP_PATCHES, CELLM_OP_SELF_ATTENTION, CELLM_OP_SET_ROWS})
+            if (be->supports_op(backend, op, CELLM_TYPE_F32) == 0) return false;
+        return true;
+    }
+
+    // Prepares the graph `build` makes (returning its outputs) on this backend and on `scalar` alike, node for
+    // node; "" or the first error.
+    std::string prepare_beside_scalar(Instance& scalar, const std::function<std::vector<int32_t>(Instance&)>& build) {
+        clear_graph();
+        scalar.clear_graph();
+        const std::vector<int32_t> outputs = build(*this);
+        build(scalar);
+        const std::string m = prepare(outputs);
+        return m.empty() ? scalar.prepare(outputs) : m;
+    }
+    // Runs both with the same inputs: ours land in `results`, scalar's in `scalar.results`. "" or the first error.
+    std::string execute_beside_scalar(Instance& scalar, const Bindings& in = {}, const FloatBindings& floats = {}) {
+        const std::string m = execute(in, floats);
+        return m.empty() ? scalar.execute(in, floats) : m;
     }
 };
 
@@ -1141,6 +1169,321 @@ TEST_P(BackendOps, BuffersAreBoundsChecked) {
     EXPECT_EQ(message(be->buffer_read(backend, wrapped, 4, back, 4)), "");
     EXPECT_EQ(std::memcmp(back, data + 4, 4), 0);
     EXPECT_NE(message(be->buffer_write(backend, wrapped, 0, data, 1)).find("read-only"), std::string::npos);
+}
+
+// ---- The vision encoder's ops and the splicing of image embeddings (ABI 1.3) ----
+
+// LAYER_NORM in double: the mean, the biased variance, then the weight and the bias when given.
+std::vector<float> layer_norm_reference(const std::vector<float>& x, int64_t n, const std::vector<float>* w,
+                                        const std::vector<float>* b, float eps) {
+    std::vector<float> out(x.size());
+    for (size_t r = 0; r < x.size() / size_t(n); ++r) {
+        const float* row = x.data() + r * size_t(n);
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < n; ++i) mean += row[i];
+        mean /= double(n);
+        for (int64_t i = 0; i < n; ++i) var += (row[i] - mean) * (row[i] - mean);
+        var /= double(n);
+        for (int64_t i = 0; i < n; ++i) {
+            double y = (row[i] - mean) / std::sqrt(var + double(eps));
+            if (w != nullptr) y *= (*w)[size_t(i)];
+            if (b != nullptr) y += (*b)[size_t(i)];
+            out[r * size_t(n) + size_t(i)] = float(y);
+        }
+    }
+    return out;
+}
+
+// PATCHES by index: images [width, height, channels, n] planar, patches of p x p row by row of each image's grid,
+// each a column of channels * p * p values in (channel, ky, kx) order.
+std::vector<float> patches_reference(const std::vector<float>& images, int64_t width, int64_t height, int64_t channels,
+                                     int64_t n, int64_t p) {
+    const int64_t across = width / p, down = height / p, column = channels * p * p;
+    std::vector<float> out(size_t(column * across * down * n));
+    for (int64_t im = 0; im < n; ++im)
+        for (int64_t py = 0; py < down; ++py)
+            for (int64_t px = 0; px < across; ++px)
+                for (int64_t c = 0; c < channels; ++c)
+                    for (int64_t ky = 0; ky < p; ++ky)
+                        for (int64_t kx = 0; kx < p; ++kx)
+                            out[size_t(((im * down + py) * across + px) * column + (c * p + ky) * p + kx)] =
+                                images[size_t(((im * channels + c) * height + py * p + ky) * width + px * p + kx)];
+    return out;
+}
+
+// SELF_ATTENTION in double: token t, query head h, against every token of t's group through KV head
+// h / (n_head / n_kv).
+std::vector<float> self_attention_reference(const std::vector<float>& q, const std::vector<float>& k,
+                                            const std::vector<float>& v, int64_t n_head, int64_t n_kv, int64_t hd,
+                                            int64_t group, int64_t n_tokens, float scale) {
+    std::vector<float> out(size_t(n_tokens * n_head * hd));
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t h = 0; h < n_head; ++h) {
+            const int64_t kvh = h / (n_head / n_kv), first = t / group * group;
+            std::vector<double> w(static_cast<size_t>(group));
+            for (int64_t j = 0; j < group; ++j) {
+                double dot = 0;
+                for (int64_t d = 0; d < hd; ++d)
+                    dot += double(q[size_t((t * n_head + h) * hd + d)]) * k[size_t(((first + j) * n_kv + kvh) * hd + d)];
+                w[size_t(j)] = dot * scale;
+            }
+            const double mx = *std::max_element(w.begin(), w.end());
+            double sum = 0;
+            for (double& x : w) sum += x = std::exp(x - mx);
+            for (int64_t d = 0; d < hd; ++d) {
+                double acc = 0;
+                for (int64_t j = 0; j < group; ++j) acc += w[size_t(j)] / sum * v[size_t(((first + j) * n_kv + kvh) * hd + d)];
+                out[size_t((t * n_head + h) * hd + d)] = float(acc);
+            }
+        }
+    return out;
+}
+
+// One node of `op` in the smallest graph that is valid for it; returns the node.
+int32_t add_vision_op(Instance& g, cellm_op op) {
+    switch (op) {
+    case CELLM_OP_LAYER_NORM:
+        return g.add(op, CELLM_TYPE_F32, {8, 2}, {g.f32_weight(random_floats(16, 1), 8, 2)}, {}, {1e-6f});
+    case CELLM_OP_PATCHES: {
+        const int32_t image = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {4, 4, 3, 1}, {g.f32_weight(random_floats(48, 2), 4, 12)});
+        return g.add(op, CELLM_TYPE_F32, {12, 4}, {image}, {2});
+    }
+    case CELLM_OP_SELF_ATTENTION: {
+        const int32_t q = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {4, 2, 2}, {g.f32_weight(random_floats(16, 3), 8, 2)});
+        const int32_t k = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {4, 1, 2}, {g.f32_weight(random_floats(8, 4), 4, 2)});
+        return g.add(op, CELLM_TYPE_F32, {8, 2}, {q, k, k}, {2, 1, 4, 2}, {0.5f});
+    }
+    default: {
+        const int32_t into = g.f32_weight(random_floats(12, 5), 4, 3);
+        const int32_t rows = g.input_f32(CELLM_INPUT_EMBEDDINGS, {4, 1});
+        return g.add(op, CELLM_TYPE_F32, {4, 3}, {into, rows, g.input(CELLM_INPUT_EMBEDDING_ROWS, {1})});
+    }
+    }
+}
+
+// A backend runs the four ops or declines each in supports_op, and then a graph holding one fails to prepare
+// with one line naming the node. The CPU backends run them; the vulkan backend has no shaders for them yet.
+TEST_P(BackendOps, VisionOpsRunOrAreDeclinedByName) {
+    for (cellm_op op : {CELLM_OP_LAYER_NORM, CELLM_OP_PATCHES, CELLM_OP_SELF_ATTENTION, CELLM_OP_SET_ROWS}) {
+        SCOPED_TRACE("op " + std::to_string(op));
+        const bool supported = be->supports_op(backend, op, CELLM_TYPE_F32) != 0;
+        if (host_memory()) {
+            EXPECT_TRUE(supported);
+        }
+        if (GetParam().name == "vulkan") {
+            EXPECT_FALSE(supported);
+        }
+        clear_graph();
+        const int32_t node = add_vision_op(*this, op);
+        const std::string m = prepare({node});
+        if (supported) {
+            EXPECT_EQ(m, "");
+            continue;
+        }
+        const std::string name = op == CELLM_OP_LAYER_NORM ? "LAYER_NORM" : op == CELLM_OP_PATCHES ? "PATCHES"
+                                 : op == CELLM_OP_SELF_ATTENTION ? "SELF_ATTENTION" : "SET_ROWS";
+        EXPECT_NE(m.find("node " + std::to_string(node) + " (" + name + ")"), std::string::npos) << m;
+        EXPECT_NE(m.find("op not supported by this backend"), std::string::npos) << m;
+        EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+}
+
+// Rows of 768 (SigLIP's width) around a mean far from zero, with and without weight and bias: against the double
+// math within 1e-5, and a CPU backend bit for bit with scalar (24 rows: enough for a pool to split).
+TEST_P(BackendOps, LayerNormFollowsTheDoubleMath) {
+    if (!runs_vision_ops()) GTEST_SKIP() << "declines the vision ops";
+    const int64_t n = 768, rows = 24;
+    const float eps = 1e-6f;
+    std::vector<float> x = random_floats(size_t(n * rows), 40, 2.0f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] += float(i / size_t(n)) - 8.0f;  // row r around r - 8
+    const std::vector<float> w = random_floats(size_t(n), 41, 1.5f), b = random_floats(size_t(n), 42);
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    const auto build = [&](Instance& g) {
+        const int32_t xn = g.f32_weight(x, n, rows), wn = g.f32_weight(w, n, 1), bn = g.f32_weight(b, n, 1);
+        std::vector<int32_t> outputs;
+        for (auto [ws, bs] : {std::pair{-1, -1}, std::pair{wn, -1}, std::pair{wn, bn}, std::pair{-1, bn}})
+            outputs.push_back(g.add(CELLM_OP_LAYER_NORM, CELLM_TYPE_F32, {n, rows}, {xn, ws, bs}, {}, {eps}));
+        return outputs;
+    };
+    ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+    ASSERT_EQ(execute_beside_scalar(scalar), "");
+    const char* what[] = {"plain", "weight", "weight and bias", "bias"};
+    const std::vector<float> want[] = {layer_norm_reference(x, n, nullptr, nullptr, eps), layer_norm_reference(x, n, &w, nullptr, eps),
+                                       layer_norm_reference(x, n, &w, &b, eps), layer_norm_reference(x, n, nullptr, &b, eps)};
+    for (size_t i = 0; i < 4; ++i) {
+        expect_near_all(results[i], want[i], 1e-5f, what[i]);
+        if (host_memory()) expect_identical(results[i], scalar.results[i], std::string(what[i]) + " vs scalar");
+    }
+}
+
+// Two 62 x 62 RGB images bound as CELLM_INPUT_PIXELS, cut into 5 x 5 patches (the last 2 pixels of each row and
+// column are no patch's), and a 11 x 7 two-channel image in 3 x 3 patches: against the index computation, and on
+// a CPU backend bit for bit with scalar.
+TEST_P(BackendOps, PatchesFollowTheIndexComputation) {
+    if (!runs_vision_ops()) GTEST_SKIP() << "declines the vision ops";
+    const int64_t side = 62, p = 5, images = 2;
+    const std::vector<float> pixels = random_floats(size_t(side * side * 3 * images), 43);
+    const std::vector<float> small = random_floats(11 * 7 * 2, 44);
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    int32_t pixels_in = -1;
+    const auto build = [&](Instance& g) {
+        pixels_in = g.input_f32(CELLM_INPUT_PIXELS, {side, side, 3, images});
+        const int32_t big = g.add(CELLM_OP_PATCHES, CELLM_TYPE_F32, {3 * p * p, (side / p) * (side / p) * images},
+                                  {pixels_in}, {static_cast<int32_t>(p)});
+        const int32_t shaped = g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {11, 7, 2, 1}, {g.f32_weight(small, 11, 14)});
+        const int32_t odd = g.add(CELLM_OP_PATCHES, CELLM_TYPE_F32, {2 * 9, 3 * 2}, {shaped}, {3});
+        return std::vector<int32_t>{big, odd};
+    };
+    ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+    ASSERT_EQ(execute_beside_scalar(scalar, {}, {{pixels_in, pixels}}), "");
+    EXPECT_EQ(results[0], patches_reference(pixels, side, side, 3, images, p));
+    EXPECT_EQ(results[1], patches_reference(small, 11, 7, 2, 1, 3));
+    if (host_memory()) {
+        expect_identical(results[0], scalar.results[0], "62 x 62 vs scalar");
+        expect_identical(results[1], scalar.results[1], "11 x 7 vs scalar");
+    }
+}
+
+// Two groups (images) of 100 tokens, 4 query heads over 2 KV heads, head_dim 21 (two whole 8-lane runs and a
+// tail): against the softmax in double within 1e-5, and on a CPU backend bit for bit with scalar.
+TEST_P(BackendOps, SelfAttentionFollowsTheDoubleMath) {
+    if (!runs_vision_ops()) GTEST_SKIP() << "declines the vision ops";
+    const int64_t n_head = 4, n_kv = 2, hd = 21, group = 100, n_tokens = 2 * group;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    const std::vector<float> q = random_floats(size_t(hd * n_head * n_tokens), 45, 2.0f);
+    const std::vector<float> k = random_floats(size_t(hd * n_kv * n_tokens), 46, 2.0f);
+    const std::vector<float> v = random_floats(size_t(hd * n_kv * n_tokens), 47);
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    const auto build = [&](Instance& g) {
+        const auto heads = [&](const std::vector<float>& data, int64_t count) {
+            return g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, count, n_tokens}, {g.f32_weight(data, hd * count, n_tokens)});
+        };
+        const int32_t qn = heads(q, n_head), kn = heads(k, n_kv), vn = heads(v, n_kv);
+        return std::vector<int32_t>{g.add(CELLM_OP_SELF_ATTENTION, CELLM_TYPE_F32, {hd * n_head, n_tokens}, {qn, kn, vn},
+                                          {int32_t(n_head), int32_t(n_kv), int32_t(hd), int32_t(group)}, {scale})};
+    };
+    ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+    ASSERT_EQ(execute_beside_scalar(scalar), "");
+    expect_near_all(results[0], self_attention_reference(q, k, v, n_head, n_kv, hd, group, n_tokens, scale), 1e-5f,
+                    "self attention");
+    if (host_memory()) expect_identical(results[0], scalar.results[0], "vs scalar");
+}
+
+// Image embeddings (CELLM_INPUT_EMBEDDINGS) put in place of 5 of 40 token embeddings (CELLM_INPUT_EMBEDDING_ROWS):
+// every other column is the token's. A row index out of range or given twice is one error status naming
+// SET_ROWS and the index however the columns are split, and the instance keeps working.
+TEST_P(BackendOps, SetRowsSplicesEmbeddingsAndChecksEveryIndex) {
+    if (!runs_vision_ops()) GTEST_SKIP() << "declines the vision ops";
+    const int64_t n = 768, vocab = 50, n_tokens = 40, k = 5;
+    const std::vector<float> table = random_floats(size_t(n * vocab), 48);
+    const std::vector<float> embeddings = random_floats(size_t(n * k), 49);
+    std::vector<int32_t> tokens(static_cast<size_t>(n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t) tokens[size_t(t)] = int32_t((t * 7) % vocab);
+    const std::vector<int32_t> good{3, 4, 5, 6, 39};
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    int32_t tokens_in = -1, embd_in = -1, rows_in = -1, spliced = -1;
+    const auto build = [&](Instance& g) {
+        tokens_in = g.input(CELLM_INPUT_TOKENS, {n_tokens});
+        embd_in = g.input_f32(CELLM_INPUT_EMBEDDINGS, {n, k});
+        rows_in = g.input(CELLM_INPUT_EMBEDDING_ROWS, {k});
+        const int32_t embedded = g.add(CELLM_OP_GET_ROWS, CELLM_TYPE_F32, {n, n_tokens}, {g.f32_weight(table, n, vocab), tokens_in});
+        spliced = g.add(CELLM_OP_SET_ROWS, CELLM_TYPE_F32, {n, n_tokens}, {embedded, embd_in, rows_in});
+        g.nodes[size_t(spliced)].name = "splice";
+        return std::vector<int32_t>{spliced};
+    };
+    ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+    ASSERT_EQ(execute_beside_scalar(scalar, {{tokens_in, tokens}, {rows_in, good}}, {{embd_in, embeddings}}), "");
+    std::vector<float> want(size_t(n * n_tokens));
+    for (int64_t t = 0; t < n_tokens; ++t)
+        std::copy_n(table.begin() + tokens[size_t(t)] * n, n, want.begin() + t * n);
+    for (int64_t i = 0; i < k; ++i) std::copy_n(embeddings.begin() + i * n, n, want.begin() + good[size_t(i)] * n);
+    EXPECT_EQ(results[0], want);
+    if (host_memory()) expect_identical(results[0], scalar.results[0], "vs scalar");
+
+    const std::string node = "node " + std::to_string(spliced) + " (SET_ROWS 'splice')";
+    for (const auto& [rows, problem] : {std::pair{std::vector<int32_t>{3, 4, 5, 6, 40}, "row index 40 at 4 is outside [0, 40)"},
+                                        std::pair{std::vector<int32_t>{-1, 4, 5, 6, 7}, "row index -1 at 0 is outside [0, 40)"},
+                                        std::pair{std::vector<int32_t>{3, 4, 5, 4, 7}, "row index 4 at 3 repeats the one at 1"}}) {
+        for (Instance* g : {static_cast<Instance*>(this), &scalar}) {
+            const std::string m = g->execute({{tokens_in, tokens}, {rows_in, rows}}, {{embd_in, embeddings}});
+            EXPECT_NE(m.find(node), std::string::npos) << m;
+            EXPECT_NE(m.find(problem), std::string::npos) << m;
+            EXPECT_EQ(m.find(node), m.rfind(node)) << m;
+        }
+    }
+    ASSERT_EQ(execute({{tokens_in, tokens}, {rows_in, good}}, {{embd_in, embeddings}}), "");
+    EXPECT_EQ(results[0], want);
+}
+
+// Malformed vision graphs and F32 inputs come back as a status naming the node: shapes that do not follow
+// graph.h, an F32 input kind declared I32, and a binding that does not cover the input's elements.
+TEST_P(BackendOps, VisionGraphErrorsNameTheNode) {
+    if (!runs_vision_ops()) GTEST_SKIP() << "declines the vision ops";
+    const auto expect_error = [&](const std::function<int32_t(Instance&)>& build, const std::string& node,
+                                  const std::string& problem) {
+        clear_graph();
+        const int32_t out = build(*this);
+        const std::string m = prepare({out});
+        EXPECT_NE(m.find(node), std::string::npos) << m;
+        EXPECT_NE(m.find(problem), std::string::npos) << m;
+    };
+    const auto image = [](Instance& g, int64_t w, int64_t h) {
+        return g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {w, h, 3, 1}, {g.f32_weight(random_floats(size_t(w * h * 3), 50), w, h * 3)});
+    };
+    const auto heads = [](Instance& g, int64_t hd, int64_t count, int64_t n_tokens) {
+        return g.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, count, n_tokens},
+                     {g.f32_weight(random_floats(size_t(hd * count * n_tokens), 51), hd * count, n_tokens)});
+    };
+    expect_error([&](Instance& g) { return g.add(CELLM_OP_PATCHES, CELLM_TYPE_F32, {48, 5}, {image(g, 10, 10)}, {4}); },
+                 "node 2 (PATCHES)", "output shape [48, 5, 1, 1], expected [48, 4, 1, 1]");
+    expect_error([&](Instance& g) { return g.add(CELLM_OP_PATCHES, CELLM_TYPE_F32, {48, 1}, {image(g, 10, 3)}, {4}); },
+                 "node 2 (PATCHES)", "smaller than one patch");
+    expect_error([&](Instance& g) { return g.add(CELLM_OP_PATCHES, CELLM_TYPE_F32, {48, 4}, {image(g, 10, 10)}, {0}); },
+                 "node 2 (PATCHES)", "patch size");
+    expect_error([&](Instance& g) {
+        const int32_t q = heads(g, 4, 2, 6), kv = heads(g, 4, 1, 6);
+        return g.add(CELLM_OP_SELF_ATTENTION, CELLM_TYPE_F32, {8, 6}, {q, kv, kv}, {2, 1, 4, 4}, {1.0f});
+    }, "node 4 (SELF_ATTENTION)", "multiple of the group size (4)");
+    expect_error([&](Instance& g) {
+        const int32_t q = heads(g, 4, 3, 6), kv = heads(g, 4, 2, 6);
+        return g.add(CELLM_OP_SELF_ATTENTION, CELLM_TYPE_F32, {12, 6}, {q, kv, kv}, {3, 2, 4, 3}, {1.0f});
+    }, "node 4 (SELF_ATTENTION)", "multiple of n_head_kv");
+    expect_error([&](Instance& g) {
+        const int32_t q = heads(g, 4, 2, 6), k = heads(g, 4, 1, 6), v = heads(g, 4, 2, 6);
+        return g.add(CELLM_OP_SELF_ATTENTION, CELLM_TYPE_F32, {8, 6}, {q, k, v}, {2, 1, 4, 3}, {1.0f});
+    }, "node 6 (SELF_ATTENTION)", "v shape [4, 2, 6, 1], expected [4, 1, 6, 1]");
+    expect_error([&](Instance& g) {
+        const int32_t x = g.f32_weight(random_floats(16, 52), 8, 2), b = g.f32_weight(random_floats(7, 53), 7, 1);
+        return g.add(CELLM_OP_LAYER_NORM, CELLM_TYPE_F32, {8, 2}, {x, -1, b}, {}, {1e-6f});
+    }, "node 2 (LAYER_NORM)", "bias length differs");
+    expect_error([&](Instance& g) {
+        const int32_t into = g.f32_weight(random_floats(12, 54), 4, 3), rows = g.f32_weight(random_floats(10, 55), 5, 2);
+        return g.add(CELLM_OP_SET_ROWS, CELLM_TYPE_F32, {4, 3}, {into, rows, g.input(CELLM_INPUT_EMBEDDING_ROWS, {2})});
+    }, "node 3 (SET_ROWS)", "new rows [5, 2, 1, 1] are not [4, k]");
+    expect_error([&](Instance& g) {
+        const int32_t into = g.f32_weight(random_floats(12, 54), 4, 3), rows = g.f32_weight(random_floats(8, 55), 4, 2);
+        return g.add(CELLM_OP_SET_ROWS, CELLM_TYPE_F32, {4, 3}, {into, rows, g.input(CELLM_INPUT_EMBEDDING_ROWS, {3})});
+    }, "node 3 (SET_ROWS)", "row indices shape [3, 1, 1, 1], expected [2]");
+    expect_error([&](Instance& g) { return g.input(CELLM_INPUT_PIXELS, {8, 8, 3, 1}); }, "node 0 (INPUT)",
+                 "input kind 7 has type 26, expected 0 (F32)");
+    expect_error([&](Instance& g) { return g.input_f32(CELLM_INPUT_EMBEDDING_ROWS, {2}); }, "node 0 (INPUT)",
+                 "input kind 9 has type 0, expected 26 (I32)");
+    expect_error([&](Instance& g) { return g.input_f32(CELLM_INPUT_PIXELS, {8, 6, 3, 1}); }, "node 0 (INPUT)",
+                 "does not fit its kind");
+
+    clear_graph();
+    const int32_t embd = input_f32(CELLM_INPUT_EMBEDDINGS, {4, 2});
+    const int32_t doubled = add(CELLM_OP_SCALE, CELLM_TYPE_F32, {4, 2}, {embd}, {}, {2.0f});
+    ASSERT_EQ(prepare({doubled}), "");
+    const std::vector<float> values{1, 2, 3, 4, 5, 6, 7, 8};
+    ASSERT_EQ(execute({}, {{embd, values}}), "");
+    EXPECT_EQ(results[0], (std::vector<float>{2, 4, 6, 8, 10, 12, 14, 16}));
+    const std::string m = execute({}, {{embd, {1, 2, 3, 4}}});
+    EXPECT_NE(m.find("node 0 (INPUT) needs 32 bytes (8 F32 values), binding has 16"), std::string::npos) << m;
 }
 
 // ---- The vulkan backend's fast precision (docs/vulkan.md) ----

@@ -110,6 +110,93 @@ void rms_norm(const Context& c) {
     if (c.has(1)) broadcast_apply(c.node, c.node.f32(), c.src(1), c.begin, c.end, [](float a, float w) { return a * w; });
 }
 
+// LAYER_NORM, row by row, in this order (other backends follow it):
+//   mean = (x_0 + x_1 + ... + x_{n-1}) / n        in double, each x_i widened exactly, summed in index order
+//   var  = ((x_0 - mean)^2 + ... ) / n             in double, the same order: the biased variance, a second pass
+//   m = float(mean), s = 1.0f / sqrtf(float(var) + eps), out_i = (x_i - m) * s      in float
+// then, as separate float roundings (no fused multiply-add), out_i = out_i * w_i with a weight and
+// out_i = out_i + b_i with a bias, each broadcast as RMS_NORM's weight is.
+void layer_norm(const Context& c) {
+    const Node& x = c.src(0);
+    const int64_t n = x.ne[0];
+    const float eps = c.node.fparams[0];
+    for (int64_t r = c.begin; r < c.end; ++r) {
+        const float* in = x.f32() + r * n;
+        float* out = c.node.f32() + r * n;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(in[i]);
+        const double mean = sum / static_cast<double>(n);
+        double squares = 0.0;
+        for (int64_t i = 0; i < n; ++i) {
+            const double d = static_cast<double>(in[i]) - mean;
+            squares += d * d;
+        }
+        const float m = static_cast<float>(mean);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(squares / static_cast<double>(n)) + eps);
+        for (int64_t i = 0; i < n; ++i) out[i] = (in[i] - m) * scale;
+    }
+    if (c.has(1)) broadcast_apply(c.node, c.node.f32(), c.src(1), c.begin, c.end, [](float a, float w) { return a * w; });
+    if (c.has(2)) broadcast_apply(c.node, c.node.f32(), c.src(2), c.begin, c.end, [](float a, float b) { return a + b; });
+}
+
+// Patches [begin, end): patch j is image j / per_image's patch (py, px) of its grid, row by row; each of its rows
+// of p pixels, channel by channel, is a run of the output column.
+void patches(const Context& c) {
+    const Node& image = c.src(0);
+    const int64_t p = c.node.iparams[0], width = image.ne[0], height = image.ne[1], channels = image.ne[2];
+    const int64_t across = width / p, per_image = (height / p) * across;
+    for (int64_t j = c.begin; j < c.end; ++j) {
+        const int64_t n = j / per_image, py = j % per_image / across, px = j % across;
+        float* out = c.node.f32() + j * c.node.ne[0];
+        for (int64_t ch = 0; ch < channels; ++ch)
+            for (int64_t ky = 0; ky < p; ++ky) {
+                const float* in = image.f32() + ((n * channels + ch) * height + py * p + ky) * width + px * p;
+                std::copy(in, in + p, out + (ch * p + ky) * p);
+            }
+    }
+}
+
+// (token, head) units [begin, end), unit t * n_head + h: query head h of token t against every key of t's group
+// through KV head h / (n_head / n_head_kv). The q . k dots are ATTENTION's (dot_in_lanes), the weights its softmax
+// (attention_weights, no soft-cap), and each output sums weight * value in float, keys in order.
+void self_attention(const Context& c) {
+    const Node& q = c.src(0);
+    const Node& k = c.src(1);
+    const Node& v = c.src(2);
+    const int64_t n_head = c.node.iparams[0], n_head_kv = c.node.iparams[1], head_dim = c.node.iparams[2];
+    const int64_t group = c.node.iparams[3], per_kv_head = n_head / n_head_kv;
+    AttentionShape a;  // attention_weights reads the scale and the soft-cap only
+    a.scale = c.node.fparams[0];
+    std::vector<float> scores(static_cast<size_t>(group));
+    for (int64_t u = c.begin; u < c.end; ++u) {
+        const int64_t t = u / n_head, h = u % n_head, first = t / group * group, kv_head = h / per_kv_head;
+        const float* qh = q.f32() + u * head_dim;
+        for (int64_t j = 0; j < group; ++j)
+            scores[static_cast<size_t>(j)] = dot(qh, k.f32() + ((first + j) * n_head_kv + kv_head) * head_dim, head_dim);
+        attention_weights(a, scores.data(), group);
+        float* out = c.node.f32() + u * head_dim;
+        std::fill(out, out + head_dim, 0.0f);
+        for (int64_t j = 0; j < group; ++j) {
+            const float w = scores[static_cast<size_t>(j)];
+            const float* vj = v.f32() + ((first + j) * n_head_kv + kv_head) * head_dim;
+            for (int64_t d = 0; d < head_dim; ++d) out[d] += w * vj[d];
+        }
+    }
+}
+
+// Columns [begin, end) of SET_ROWS: src0's, or the new row that names the column. Every part checks every index
+// before it writes, so a bad one is one error whichever part meets it.
+void set_rows(const Context& c) {
+    const Node& into = c.src(0);
+    const Node& rows = c.src(1);
+    const int32_t* at = c.src(2).i32();
+    graph::check_set_rows(error_prefix(), c.plan.nodes, c.index, at);
+    const int64_t n = into.ne[0];
+    std::copy(into.f32() + c.begin * n, into.f32() + c.end * n, c.node.f32() + c.begin * n);
+    for (int64_t i = 0; i < rows.ne[1]; ++i)
+        if (at[i] >= c.begin && at[i] < c.end) std::copy(rows.f32() + i * n, rows.f32() + (i + 1) * n, c.node.f32() + at[i] * n);
+}
+
 void glu(const Context& c) {
     const float* gate = c.src(0).f32();
     const float* up = c.src(1).f32();
@@ -348,6 +435,9 @@ int64_t reference_parts(const Plan& plan, int32_t index) {
     // Channels and value heads are independent; each part checks the whole step's rows before writing any state.
     case CELLM_OP_SSM_CONV: return node.ne[0];
     case CELLM_OP_DELTA_NET: return node.ne[1];
+    case CELLM_OP_LAYER_NORM: return node.rows();
+    case CELLM_OP_PATCHES: case CELLM_OP_SET_ROWS: return node.ne[1];
+    case CELLM_OP_SELF_ATTENTION: return node.ne[1] * node.iparams[0];  // (token, head) pairs
     default: return 0;  // MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before writing
     }
 }
@@ -404,6 +494,10 @@ void run_reference_part(Plan& plan, int32_t index, int64_t begin, int64_t end) {
     case CELLM_OP_SOFTPLUS: map(c, softplus); break;
     case CELLM_OP_SSM_CONV: ssm_conv(c); break;
     case CELLM_OP_DELTA_NET: delta_net(c); break;
+    case CELLM_OP_LAYER_NORM: layer_norm(c); break;
+    case CELLM_OP_PATCHES: patches(c); break;
+    case CELLM_OP_SELF_ATTENTION: self_attention(c); break;
+    case CELLM_OP_SET_ROWS: set_rows(c); break;
     default: break;  // leaves, inputs (copied in by execute) and RESHAPE (an alias) do no work
     }
 }

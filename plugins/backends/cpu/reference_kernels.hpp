@@ -65,8 +65,9 @@ AttentionShape check_attention(Plan& plan, int32_t index);
 // (token id, slot or block table entry out of range).
 void run_reference(Plan& plan, int32_t index);
 
-// The independent units (rows, or tokens for ROPE) node `index` splits into, or 0 when its kernel must run
-// whole (MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before it writes any).
+// The independent units (rows; tokens for ROPE; patches for PATCHES, output columns for SET_ROWS, (token, head)
+// pairs for SELF_ATTENTION) node `index` splits into, or 0 when its kernel must run whole (MATMUL and ATTENTION
+// use the plan's scratch; KV_STORE checks every slot before it writes any).
 int64_t reference_parts(const Plan& plan, int32_t index);
 
 // Runs units [begin, end) of a node that reference_parts splits; parts of one node may run concurrently.

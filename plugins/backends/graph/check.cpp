@@ -37,6 +37,10 @@ const char* op_name(cellm_op op) {
     case CELLM_OP_STATE: return "STATE";
     case CELLM_OP_SSM_CONV: return "SSM_CONV";
     case CELLM_OP_DELTA_NET: return "DELTA_NET";
+    case CELLM_OP_LAYER_NORM: return "LAYER_NORM";
+    case CELLM_OP_PATCHES: return "PATCHES";
+    case CELLM_OP_SELF_ATTENTION: return "SELF_ATTENTION";
+    case CELLM_OP_SET_ROWS: return "SET_ROWS";
     case CELLM_OP_COUNT: break;
     }
     return "unknown op";
@@ -47,13 +51,15 @@ bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype)) {
     case CELLM_OP_WEIGHT: case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: return weights(type);
     case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE:
         return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8;
-    case CELLM_OP_INPUT: return type == CELLM_TYPE_I32;
+    case CELLM_OP_INPUT: return type == CELLM_TYPE_I32 || type == CELLM_TYPE_F32;  // per kind: input() checks
     case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
     case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
     case CELLM_OP_GELU: case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_ROPE: case CELLM_OP_ATTENTION:
     case CELLM_OP_VIEW:
         return type == CELLM_TYPE_F32;
     case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: case CELLM_OP_STATE: case CELLM_OP_SSM_CONV: case CELLM_OP_DELTA_NET:
+        return type == CELLM_TYPE_F32;
+    case CELLM_OP_LAYER_NORM: case CELLM_OP_PATCHES: case CELLM_OP_SELF_ATTENTION: case CELLM_OP_SET_ROWS:
         return type == CELLM_TYPE_F32;
     default: return false;
     }
@@ -101,6 +107,9 @@ Arity arity(cellm_op op) {
     case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: return {1, 0};
     case CELLM_OP_SSM_CONV: return {5, 0};
     case CELLM_OP_DELTA_NET: return {8, 0};
+    case CELLM_OP_LAYER_NORM: return {1, 2};
+    case CELLM_OP_PATCHES: return {1, 0};
+    case CELLM_OP_SELF_ATTENTION: case CELLM_OP_SET_ROWS: return {3, 0};
     default: return {-1, 0};
     }
 }
@@ -139,10 +148,14 @@ public:
         case CELLM_OP_KV_STORE: kv_store(); break;
         case CELLM_OP_ATTENTION: attention(); break;
         case CELLM_OP_VIEW: view(); break;
-        case CELLM_OP_STATE: recurrent_op(); leaf(); break;
-        case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: recurrent_op(); unary(); break;
-        case CELLM_OP_SSM_CONV: recurrent_op(); ssm_conv(); break;
-        case CELLM_OP_DELTA_NET: recurrent_op(); delta_net(); break;
+        case CELLM_OP_STATE: newer_op(); leaf(); break;
+        case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: newer_op(); unary(); break;
+        case CELLM_OP_SSM_CONV: newer_op(); ssm_conv(); break;
+        case CELLM_OP_DELTA_NET: newer_op(); delta_net(); break;
+        case CELLM_OP_LAYER_NORM: newer_op(); layer_norm(); break;
+        case CELLM_OP_PATCHES: newer_op(); patches(); break;
+        case CELLM_OP_SELF_ATTENTION: newer_op(); self_attention(); break;
+        case CELLM_OP_SET_ROWS: newer_op(); set_rows(); break;
         default: break;
         }
         if (n_.bytes == 0) n_.bytes = static_cast<uint64_t>(n_.nelements()) * sizeof(float);
@@ -240,14 +253,20 @@ private:
         }
     }
 
+    // Pixels and embeddings (ABI 1.3) are F32, every other kind I32 (graph.h); both are 4 bytes an element.
     void input() {
         const int32_t kind = n_.iparams[0];
         expect(kind >= 0 && kind < CELLM_INPUT_COUNT, "unknown input kind " + std::to_string(kind));
+        const bool floats = kind == CELLM_INPUT_PIXELS || kind == CELLM_INPUT_EMBEDDINGS;
+        const cellm_dtype type = floats ? CELLM_TYPE_F32 : CELLM_TYPE_I32;
+        expect(n_.type == type, "input kind " + std::to_string(kind) + " has type " + std::to_string(n_.type) +
+                                    ", expected " + std::to_string(type) + (floats ? " (F32)" : " (I32)"));
         expect_supported(n_.type);
-        const bool table = kind == CELLM_INPUT_BLOCK_TABLE;
-        expect(n_.ne[2] == 1 && n_.ne[3] == 1 && (table || n_.ne[1] == 1),
-               "input shape " + shape_text(n_.ne) + " does not fit its kind");
-        n_.bytes = static_cast<uint64_t>(n_.nelements()) * sizeof(int32_t);
+        bool fits = n_.ne[2] == 1 && n_.ne[3] == 1 && n_.ne[1] == 1;  // [n]
+        if (kind == CELLM_INPUT_BLOCK_TABLE || kind == CELLM_INPUT_EMBEDDINGS) fits = n_.ne[2] == 1 && n_.ne[3] == 1;
+        if (kind == CELLM_INPUT_PIXELS) fits = n_.ne[0] == n_.ne[1] && n_.ne[2] == 3;  // [side, side, 3, n_images]
+        expect(fits, "input shape " + shape_text(n_.ne) + " does not fit its kind");
+        n_.bytes = static_cast<uint64_t>(n_.nelements()) * static_cast<uint64_t>(cellm_dtype_type_size(n_.type));
     }
 
     void get_rows() {
@@ -288,6 +307,61 @@ private:
             expect(src(1).ne[0] == n_.ne[0], "weight length differs from the normalised dimension");
             expect_broadcastable(1);
         }
+    }
+
+    // Like RMS_NORM's weight: each of the optional weight (src1) and bias (src2) is [ne0], or broadcasts to the node.
+    void layer_norm() {
+        unary();
+        for (int k : {1, 2}) {
+            if (!has(k)) continue;
+            const char* role = k == 1 ? "weight" : "bias";
+            expect_type(k, CELLM_TYPE_F32, role);
+            expect(src(k).ne[0] == n_.ne[0], std::string(role) + " length differs from the normalised dimension");
+            expect_broadcastable(k);
+        }
+    }
+
+    void patches() {
+        const Node& image = src(0);
+        const int64_t p = n_.iparams[0], width = image.ne[0], height = image.ne[1];
+        expect_type(0, CELLM_TYPE_F32, "images");
+        expect(p > 0, "patch size (iparams[0]) must be positive, got " + std::to_string(p));
+        expect(width >= p && height >= p, "images " + shape_text(image.ne) + " are smaller than one patch of " +
+                                              std::to_string(p) + " x " + std::to_string(p));
+        expect_output(CELLM_TYPE_F32, {image.ne[2] * p * p, (height / p) * (width / p) * image.ne[3], 1, 1});
+    }
+
+    void self_attention() {
+        const Node& q = src(0);
+        const int32_t n_head = n_.iparams[0], n_head_kv = n_.iparams[1], head_dim = n_.iparams[2], group = n_.iparams[3];
+        const int64_t n_tokens = q.ne[2];
+        expect(n_head > 0 && n_head_kv > 0 && n_head % n_head_kv == 0,
+               "n_head (" + std::to_string(n_head) + ") must be a positive multiple of n_head_kv (" +
+                   std::to_string(n_head_kv) + ")");
+        expect(head_dim > 0, "head_dim must be positive");
+        expect(group > 0 && n_tokens % group == 0, "n_tokens (" + std::to_string(n_tokens) +
+                                                        ") must be a multiple of the group size (" + std::to_string(group) + ")");
+        expect_type(0, CELLM_TYPE_F32, "q");
+        expect(q.ne == Shape{head_dim, n_head, n_tokens, 1},
+               "q shape " + shape_text(q.ne) + " is not [head_dim, n_head, n_tokens] of iparams");
+        for (int k : {1, 2}) {
+            expect_type(k, CELLM_TYPE_F32, k == 1 ? "k" : "v");
+            expect(src(k).ne == Shape{head_dim, n_head_kv, n_tokens, 1},
+                   std::string(k == 1 ? "k" : "v") + " shape " + shape_text(src(k).ne) + ", expected " +
+                       shape_text({head_dim, n_head_kv, n_tokens, 1}));
+        }
+        expect_output(CELLM_TYPE_F32, {static_cast<int64_t>(head_dim) * n_head, n_tokens, 1, 1});
+    }
+
+    void set_rows() {
+        const Node& into = src(0);
+        expect_type(0, CELLM_TYPE_F32, "src0");
+        expect(into.ne[2] == 1 && into.ne[3] == 1, "src0 shape " + shape_text(into.ne) + " is not [n, m]");
+        expect_type(1, CELLM_TYPE_F32, "new rows");
+        expect(src(1).ne[0] == into.ne[0] && src(1).ne[2] == 1 && src(1).ne[3] == 1,
+               "new rows " + shape_text(src(1).ne) + " are not [" + std::to_string(into.ne[0]) + ", k]");
+        expect_vector(2, src(1).ne[1], "row indices");
+        expect_output(CELLM_TYPE_F32, into.ne);
     }
 
     void glu() {
@@ -371,9 +445,9 @@ private:
         expect_output(CELLM_TYPE_F32, {static_cast<int64_t>(head_dim) * n_head, q.ne[2], 1, 1});
     }
 
-    // The ops added for recurrent layers (ABI 1.2) are F32 only; a backend without kernels for them declines here,
-    // once, naming the node.
-    void recurrent_op() const {
+    // The ops added for recurrent layers (ABI 1.2) and for vision encoders (ABI 1.3) are F32 only; a backend without
+    // kernels for them declines here, once, naming the node.
+    void newer_op() const {
         if (!rules_.accepts(n_.op, CELLM_TYPE_F32)) fail(CELLM_ERR_UNSUPPORTED, "op not supported by this backend");
     }
 
@@ -490,7 +564,9 @@ void check_bindings(const Checked& plan, const cellm_execute_args* args, const s
             throw Failure(CELLM_ERR_INVALID_ARGUMENT, prefix + describe(plan.nodes, b.node) + " is bound twice");
         if (b.size != n.bytes || b.data == nullptr)
             throw Failure(CELLM_ERR_INVALID_ARGUMENT, prefix + describe(plan.nodes, b.node) + " needs " +
-                                                          std::to_string(n.bytes) + " bytes, binding has " + std::to_string(b.size));
+                                                          std::to_string(n.bytes) + " bytes (" + std::to_string(n.nelements()) +
+                                                          (n.type == CELLM_TYPE_F32 ? " F32" : " I32") +
+                                                          " values), binding has " + std::to_string(b.size));
         bound[static_cast<size_t>(b.node)] = true;
     }
     for (int32_t i = 0; i < n_nodes; ++i)

@@ -93,6 +93,9 @@ void check_slots(const std::string& prefix, const std::vector<Node>& nodes, int3
 void check_attention_inputs(const std::string& prefix, const std::vector<Node>& nodes, int32_t index,
                             const int32_t* table, const int32_t* seqs, const int32_t* positions);
 
+// SET_ROWS: every row index names a column of src0, and no two name the same one (graph.h: distinct).
+void check_set_rows(const std::string& prefix, const std::vector<Node>& nodes, int32_t index, const int32_t* rows);
+
 // SSM_CONV and DELTA_NET: every token's sequence row is a row of the state slot table `slots` (n_seqs entries), and
 // every row's slot is a slot of the state leaf `state`, no two rows sharing one (they would overwrite each other).
 void check_state_rows(const std::string& prefix, const std::vector<Node>& nodes, int32_t index, const Node& state,

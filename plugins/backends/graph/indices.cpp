@@ -1,4 +1,4 @@
-// Runtime index checks: token ids, KV slots and block tables are data, so every step checks them.
+// Runtime index checks: token ids, KV slots, block tables and spliced rows are data, so every step checks them.
 #include "graph.hpp"
 
 #include "plugin_host.hpp"
@@ -60,6 +60,21 @@ void check_attention_inputs(const std::string& prefix, const std::vector<Node>& 
                 fail(prefix, nodes, index, "block table entry " + std::to_string(blocks_of[b]) + " (sequence row " +
                                                std::to_string(r) + ", block " + std::to_string(b) +
                                                ") is not a block of the KV pool");
+    }
+}
+
+void check_set_rows(const std::string& prefix, const std::vector<Node>& nodes, int32_t index, const int32_t* rows) {
+    const int64_t k = src(nodes, index, 2).ne[0], m = src(nodes, index, 0).ne[1];
+    std::vector<int64_t> first(static_cast<size_t>(m), -1);  // where each column was first named
+    for (int64_t i = 0; i < k; ++i) {
+        if (rows[i] < 0 || rows[i] >= m)
+            fail(prefix, nodes, index, "row index " + std::to_string(rows[i]) + " at " + std::to_string(i) +
+                                           " is outside [0, " + std::to_string(m) + ")");
+        int64_t& at = first[static_cast<size_t>(rows[i])];
+        if (at >= 0)
+            fail(prefix, nodes, index, "row index " + std::to_string(rows[i]) + " at " + std::to_string(i) +
+                                           " repeats the one at " + std::to_string(at));
+        at = i;
     }
 }
 
