@@ -53,7 +53,28 @@ typedef struct cellm_batch_shape {
     int32_t n_outputs;  /* rows whose logits are wanted */
     int32_t max_blocks; /* columns of the block table */
     int32_t block_size; /* token slots per KV block */
+    /* Since 1.3. Batch rows whose embedding the host supplies (an image's, from build_vision_graph) instead of
+     * the token's: the arch binds CELLM_INPUT_EMBEDDINGS F32 [n_embd, n_embd_rows] and
+     * CELLM_INPUT_EMBEDDING_ROWS I32 [n_embd_rows] and puts them in place (CELLM_OP_SET_ROWS) after the token
+     * embedding lookup and any scaling of it, as transformers does. 0 for a text-only step; the host asks for
+     * more only from an arch that has get_vision_info. */
+    int32_t n_embd_rows;
 } cellm_batch_shape;
+
+/* Since 1.3. What the host needs to feed an arch's vision encoder. Filled by get_vision_info. */
+typedef struct cellm_arch_vision_info {
+    size_t struct_size;
+    int32_t image_size;       /* side in pixels of the square images (tiles) the encoder takes               */
+    int32_t patch_size;       /* side in pixels of one patch                                                */
+    int32_t tokens_per_image; /* embeddings the encoder gives per image, each standing for one image token    */
+    int32_t n_embd;           /* width of each embedding: the text model's n_embd                            */
+} cellm_arch_vision_info;
+
+/* Since 1.3. The shape of one vision graph: how many preprocessed images (tiles) it encodes at once. */
+typedef struct cellm_vision_shape {
+    size_t struct_size;
+    int32_t n_images;
+} cellm_vision_shape;
 
 /* Host service through which an arch appends nodes. Owned by the host, valid during build_graph only. */
 typedef struct cellm_graph_builder {
@@ -94,6 +115,17 @@ typedef struct cellm_arch_iface {
      * and n_head_kv). Fills `out` (caller sets out->struct_size) for layer 0 <= layer < n_layer; called after
      * get_info, once per layer, from the thread that loaded the model. */
     cellm_status* (*get_layer_info)(const cellm_arch_model* model, int32_t layer, cellm_arch_layer_info* out);
+
+    /* Since 1.3 (optional: NULL, or a plugin of an earlier minor, means the model takes no images). Fills `out`
+     * (caller sets out->struct_size); fails with CELLM_ERR_UNSUPPORTED when this model has no vision encoder. */
+    cellm_status* (*get_vision_info)(const cellm_arch_model* model, cellm_arch_vision_info* out);
+
+    /* Since 1.3, with get_vision_info. Builds the graph that encodes shape->n_images images: its input is
+     * CELLM_INPUT_PIXELS F32 [image_size, image_size, 3, n_images], normalised as the model's processor does; its
+     * only output F32 [n_embd, tokens_per_image * n_images], image by image, the embeddings the text step takes
+     * through CELLM_INPUT_EMBEDDINGS in place of the image tokens. Same threading as build_graph. */
+    cellm_status* (*build_vision_graph)(const cellm_arch_model* model, const cellm_vision_shape* shape,
+                                        const cellm_graph_builder* builder);
 } cellm_arch_iface;
 
 #ifdef __cplusplus

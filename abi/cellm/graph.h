@@ -11,6 +11,9 @@
  *  - CELLM_OP_STATE (since 1.2): one layer's per-sequence recurrent state; `tensor` says where it lives.
  *  - CELLM_OP_INPUT: per-step data (token ids, positions, page tables, ...) bound at execute time.
  *
+ * Since 1.3 a graph may also encode images instead of running a decoder step (arch.h, build_vision_graph): its
+ * input is the preprocessed pixels and its output the image's embeddings, and it has no KV or state leaves.
+ *
  * The KV cache is paged: a pool of blocks of `block_size` token slots, shared by all sequences. Slot s of
  * a layer's K pool is row s of a [kv_dim, n_slots] tensor, and block b holds slots b*block_size ..
  * (b+1)*block_size-1. A sequence's page table lists its blocks in position order, so key position j of
@@ -52,7 +55,8 @@ typedef enum cellm_op {
     CELLM_OP_WEIGHT = 1,   /* iparams[0]: tensor index in the model view                                   */
     CELLM_OP_KV_CACHE = 2, /* iparams[0]: layer, iparams[1]: 0 = K, 1 = V. ne = [kv_dim, n_slots];
                             * 2 = K scales, 3 = V scales of I8 pools: F32 ne = [n_groups, n_slots]          */
-    CELLM_OP_INPUT = 3,    /* iparams[0]: a cellm_input_kind. I32 data, shape per kind (see below)          */
+    CELLM_OP_INPUT = 3,    /* iparams[0]: a cellm_input_kind. I32 data (F32 for the kinds that say so), shape
+                            * per kind (see below)                                                          */
 
     /* Table lookup: out[:, i] = dequant(src0[:, src1[i]]). src0: [n, rows] any supported type,
      * src1: I32 [m]. out: F32 [n, m]. Used for embeddings and to pick output rows. */
@@ -147,6 +151,33 @@ typedef enum cellm_op {
      * order. out: F32 [d_v, n_v_heads, n_tokens]. */
     CELLM_OP_DELTA_NET = 29,
 
+    /* Since 1.3: what vision encoders (SigLIP, ViT) and the splicing of their output into a text step need. */
+
+    /* Layer normalisation over ne[0]: out = (src0 - mean) / sqrt(var + fparams[0]), var the biased variance, then
+     * multiplied by src1 (F32 [ne0], broadcast) when src[1] >= 0 and src2 (F32 [ne0]) added when src[2] >= 0. */
+    CELLM_OP_LAYER_NORM = 30,
+
+    /* Cut images into square patches, as a convolution of stride = kernel = p (iparams[0]) reads them.
+     * src0: F32 [width, height, channels, n_images] (planar: each channel a row-major height x width plane).
+     * out: F32 [channels * p * p, (height / p) * (width / p) * n_images]: column (n, py, px), patches row by row
+     * of each image, holds src0[n][c][py * p + ky][px * p + kx] at row c * p * p + ky * p + kx, which is a
+     * convolution weight's [out, channels, p, p] layout, so MATMUL with that weight is the convolution. Pixels
+     * past the last whole patch of a row or column are not read. */
+    CELLM_OP_PATCHES = 31,
+
+    /* Attention without a cache or mask: every token attends to every token of its group. src0: q F32
+     * [head_dim, n_head, n_tokens]; src1: k, src2: v F32 [head_dim, n_head_kv, n_tokens] (n_head a multiple of
+     * n_head_kv, query head h reading KV head h / (n_head / n_head_kv)). Tokens form groups of iparams[3]
+     * consecutive tokens (one image each; n_tokens a multiple of it) and attend within their group.
+     * iparams: [0] n_head, [1] n_head_kv, [2] head_dim, [3] group size. fparams: [0] scale applied to q.k.
+     * out: F32 [head_dim * n_head, n_tokens]. */
+    CELLM_OP_SELF_ATTENTION = 32,
+
+    /* src0 with some columns replaced: out = src0, then out[:, src2[i]] = src1[:, i] for each i.
+     * src0: F32 [n, m]; src1: F32 [n, k]; src2: I32 [k], distinct, each in [0, m). out: F32 [n, m].
+     * Puts image embeddings in place of the image tokens' rows of a text step. */
+    CELLM_OP_SET_ROWS = 33,
+
     CELLM_OP_COUNT
 } cellm_op;
 
@@ -164,6 +195,11 @@ typedef enum cellm_input_kind {
     CELLM_INPUT_BLOCK_TABLE = 4,  /* I32 [max_blocks, n_seqs]: page table per sequence (-1 padding)   */
     CELLM_INPUT_OUTPUT_ROWS = 5,  /* I32 [n_outputs]: batch rows whose logits are wanted, ascending     */
     CELLM_INPUT_STATE_SLOTS = 6,  /* I32 [n_seqs]: state slot of each block-table row (since 1.2)      */
+    /* Since 1.3. F32 inputs: the leaf's type is CELLM_TYPE_F32 and the host binds float data. */
+    CELLM_INPUT_PIXELS = 7,       /* F32 [image_size, image_size, 3, n_images]: preprocessed images, planar
+                                   * RGB (a vision graph's input)                                       */
+    CELLM_INPUT_EMBEDDINGS = 8,   /* F32 [n_embd, n_embd_rows]: embeddings that replace token rows      */
+    CELLM_INPUT_EMBEDDING_ROWS = 9, /* I32 [n_embd_rows]: the batch rows they replace, ascending        */
     CELLM_INPUT_COUNT
 } cellm_input_kind;
 

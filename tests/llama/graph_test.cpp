@@ -37,7 +37,7 @@ protected:
     PluginLibrary plugin{"llama"};
     RecordingBuilder builder;
     // 5 tokens of 2 sequences, logits for 2 of them.
-    cellm_batch_shape step{0, 5, 2, 2, 3, 16};
+    cellm_batch_shape step{0, 5, 2, 2, 3, 16, 0};
 };
 
 TEST_F(LlamaGraph, NodesAreInExecutionOrder) {

@@ -6,14 +6,19 @@
 namespace cellm::llama {
 
 void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g) {
-    const auto [tokens, positions, token_seq, slots, block_table, output_rows] = g.step_inputs(shape);
+    const GraphBuilder::StepInputs in = g.step_inputs(shape);
+    const int32_t x = g.get_rows(g.weight(model.token_embd), in.tokens, "inp_embd");  // [n_embd, n_tokens]
+    build_decoder(model, shape, in, x, g);
+}
+
+void build_decoder(const Model& model, const cellm_batch_shape& shape, const GraphBuilder::StepInputs& in,
+                   int32_t x, GraphBuilder& g) {
+    const auto [tokens, positions, token_seq, slots, block_table, output_rows] = in;
     const Hparams& hp = model.hp;
     const int64_t n_tokens = shape.n_tokens;
 
     const int32_t rope_freqs = model.rope_freqs == kAbsent ? -1 : g.weight(model.rope_freqs);
     const float attention_scale = 1.0f / std::sqrt(static_cast<float>(hp.head_dim));
-
-    int32_t x = g.get_rows(g.weight(model.token_embd), tokens, "inp_embd");  // [n_embd, n_tokens]
 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const Layer& layer = model.layers[static_cast<size_t>(il)];

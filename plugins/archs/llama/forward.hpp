@@ -12,4 +12,9 @@ using transformer::GraphBuilder;
 // Throws plugin::Failure for a malformed shape.
 void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g);
 
+// The layers and the classifier over the step's input embeddings x [n_embd, n_tokens]: build_forward after the
+// token embedding lookup, for archs that feed the decoder other embeddings too (Idefics3's images).
+void build_decoder(const Model& model, const cellm_batch_shape& shape, const GraphBuilder::StepInputs& in,
+                   int32_t x, GraphBuilder& g);
+
 }  // namespace cellm::llama

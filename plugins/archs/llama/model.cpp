@@ -7,13 +7,13 @@
 
 namespace cellm::llama {
 
-Model load_model(const cellm_model_view& view) {
+Model load_model(const cellm_model_view& view, std::string_view arch) {
     const transformer::Metadata meta(view);
     const transformer::Tensors tensors(view);
 
     Model m;
     m.view = &view;
-    m.hp = transformer::read_hparams(meta, tensors, "llama");
+    m.hp = transformer::read_hparams(meta, tensors, arch);
     // GGUF's converter permutes Llama's Q and K rows so that rotated pairs are adjacent (2i, 2i+1): that is the
     // layout of every GGUF llama file. A format plugin that exposes Hugging Face-layout weights unpermuted
     // says so with "cellm.rope.layout" = "halves". The layout comes from the file, never from a switch.

@@ -6,6 +6,7 @@
 #include "tensors.hpp"
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace cellm::llama {
@@ -34,6 +35,7 @@ struct Model {
 
 // Reads and validates `view` (borrowed; it must outlive the model). Throws plugin::Failure naming the
 // missing key or tensor, or the bad shape.
-Model load_model(const cellm_model_view& view);
+// `arch` is the prefix of its hyperparameter keys ("llama"; "idefics3" for SmolVLM's text model).
+Model load_model(const cellm_model_view& view, std::string_view arch = "llama");
 
 }  // namespace cellm::llama

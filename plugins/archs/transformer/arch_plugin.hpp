@@ -12,6 +12,10 @@
 //       // Optional, for archs whose layers' KV pools differ (ABI 1.2's get_layer_info); without it every layer
 //       // has hp.kv_dim() and hp.n_head_kv.
 //       static LayerKv layer_kv(const Model& model, int32_t layer);
+//       // Optional, for archs that take images (ABI 1.3's get_vision_info and build_vision_graph): both throw
+//       // plugin::Failure (UNSUPPORTED) for a model without a vision encoder.
+//       static cellm_arch_vision_info vision_info(const Model& model);
+//       static void build_vision(const Model& model, int32_t n_images, GraphBuilder& g);
 //   };
 #pragma once
 
@@ -86,7 +90,8 @@ private:
                                      const cellm_graph_builder* builder) {
         return plugin::guard([&]() -> cellm_status* {
             if (model == nullptr || shape == nullptr || builder == nullptr ||
-                shape->struct_size < sizeof(cellm_batch_shape) || builder->struct_size < sizeof(cellm_graph_builder)) {
+                !CELLM_HAS_FIELD(shape, cellm_batch_shape, block_size) ||
+                builder->struct_size < sizeof(cellm_graph_builder)) {
                 return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("build_graph needs a model, shape and builder"));
             }
             const Model& m = model_of(model);
@@ -125,8 +130,50 @@ private:
         }
     }
 
+    static constexpr bool kVision = requires(const Model& m, GraphBuilder& g) {
+        Arch::vision_info(m);
+        Arch::build_vision(m, int32_t{0}, g);
+    };
+
+    static cellm_status* get_vision_info(const cellm_arch_model* model, cellm_arch_vision_info* out) {
+        return plugin::guard([&]() -> cellm_status* {
+            if (model == nullptr || out == nullptr || !CELLM_HAS_FIELD(out, cellm_arch_vision_info, n_embd)) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("get_vision_info needs a model and a cellm_arch_vision_info"));
+            }
+            if constexpr (kVision) {
+                const cellm_arch_vision_info info = Arch::vision_info(model_of(model));
+                out->image_size = info.image_size;
+                out->patch_size = info.patch_size;
+                out->tokens_per_image = info.tokens_per_image;
+                out->n_embd = info.n_embd;
+            }
+            return nullptr;
+        });
+    }
+
+    static cellm_status* build_vision_graph(const cellm_arch_model* model, const cellm_vision_shape* shape,
+                                            const cellm_graph_builder* builder) {
+        return plugin::guard([&]() -> cellm_status* {
+            if (model == nullptr || shape == nullptr || builder == nullptr ||
+                !CELLM_HAS_FIELD(shape, cellm_vision_shape, n_images) || builder->struct_size < sizeof(cellm_graph_builder)) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT, where("build_vision_graph needs a model, shape and builder"));
+            }
+            if (shape->n_images < 1) {
+                return plugin::error(CELLM_ERR_INVALID_ARGUMENT,
+                                     where("build_vision_graph: n_images ") + std::to_string(shape->n_images) + " is not positive");
+            }
+            if constexpr (kVision) {
+                const Model& m = model_of(model);
+                GraphBuilder g(*builder, *m.view);
+                Arch::build_vision(m, shape->n_images, g);
+            }
+            return nullptr;
+        });
+    }
+
     static constexpr cellm_arch_iface kIface = {
         sizeof(cellm_arch_iface), Arch::kArchitectures, load, destroy, get_info, build_graph, layer_info_fn(),
+        kVision ? get_vision_info : nullptr, kVision ? build_vision_graph : nullptr,
     };
     static constexpr cellm_plugin_desc kDesc = {
         sizeof(cellm_plugin_desc), CELLM_ABI_MAJOR, CELLM_ABI_MINOR, CELLM_PLUGIN_ARCH,

@@ -105,6 +105,8 @@ int32_t GraphBuilder::tanh(int32_t x, const std::string& name) { return append(m
 
 int32_t GraphBuilder::silu(int32_t x, const std::string& name) { return append(make(CELLM_OP_SILU, shape(x), {x}), name); }
 
+int32_t GraphBuilder::gelu(int32_t x, const std::string& name) { return append(make(CELLM_OP_GELU, shape(x), {x}), name); }
+
 int32_t GraphBuilder::swiglu(int32_t gate, int32_t up, const std::string& name) {
     cellm_node n = make(CELLM_OP_GLU, shape(gate), {gate, up});
     n.iparams[0] = 0;  // SiLU

@@ -42,6 +42,7 @@ public:
     int32_t scale(int32_t x, float factor, const std::string& name);
     int32_t tanh(int32_t x, const std::string& name);
     int32_t silu(int32_t x, const std::string& name);
+    int32_t gelu(int32_t x, const std::string& name);  // tanh approximation
     int32_t swiglu(int32_t gate, int32_t up, const std::string& name);
     int32_t geglu(int32_t gate, int32_t up, const std::string& name);  // GELU (tanh approximation) gating
     int32_t reshape(int32_t x, Shape ne, const std::string& name);
@@ -73,6 +74,17 @@ public:
         int32_t head_order;  // DELTA_NET's iparams[0]
     };
     int32_t delta_net(const DeltaNet& d, const std::string& name);
+
+    // Vision encoders and image embeddings (ABI 1.3; graph.h says what each computes).
+    int32_t input_f32(cellm_input_kind kind, Shape ne, const std::string& name);
+    int32_t layer_norm(int32_t x, int32_t w, int32_t b, float eps, const std::string& name);  // w, b: nodes or -1
+    int32_t patches(int32_t images, int32_t patch_size, const std::string& name);
+    int32_t self_attention(int32_t q, int32_t k, int32_t v, int32_t n_head, int32_t n_head_kv, int32_t head_dim,
+                           int32_t group, float scale, const std::string& name);
+    int32_t set_rows(int32_t x, int32_t rows, int32_t at, const std::string& name);
+    // The step's token embeddings x with the rows the host supplies in their place (cellm_batch_shape's
+    // n_embd_rows; x itself when it supplies none).
+    int32_t splice_embeddings(int32_t x, const cellm_batch_shape& shape);
 
     void output(int32_t node) { builder_.add_output(builder_.ctx, node); }
 
