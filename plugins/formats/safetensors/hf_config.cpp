@@ -1,6 +1,7 @@
 #include "hf_config.h"
 
 #include "gemma4.h"
+#include "idefics3.h"
 #include "config_reader.h"
 #include "plugin_host.hpp"
 #include "qwen35.h"
@@ -44,8 +45,9 @@ json read_json_file(const std::filesystem::path& path) {
     }
 }
 
-HfConfig read_config(const json& config, const std::string& file, MetaTable& meta) {
+HfConfig read_config(const json& config, const std::string& file, MetaTable& meta, std::string_view as_arch) {
     if (!config.is_object()) throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": not a JSON object");
+    if (as_arch.empty() && is_idefics3(config)) return read_idefics3_config(config, file, meta);
     if (is_gemma4(config)) return read_gemma4_config(config, file, meta);
     if (is_qwen35(config)) return read_qwen35_config(config, file, meta);
     const ConfigReader c(config, file);
@@ -60,9 +62,10 @@ HfConfig read_config(const json& config, const std::string& file, MetaTable& met
     }
     if (!arch) {
         const std::string named = model_type != nullptr ? model_type->dump() : classes != nullptr ? classes->dump() : "none";
-        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3, gemma4_text, gemma4, qwen3_5_text)");
+        c.fail(CELLM_ERR_UNSUPPORTED, "model_type " + named + " is not supported (llama, qwen2, qwen3, gemma4_text, gemma4, qwen3_5_text, smolvlm, idefics3)");
     }
-    out.arch = *arch;
+    if (!as_arch.empty() && *arch != "llama") c.fail(CELLM_ERR_UNSUPPORTED, "the text model of " + std::string(as_arch) + " must be llama, not " + *arch);
+    out.arch = as_arch.empty() ? *arch : std::string(as_arch);
     const std::string k = out.arch + ".";
 
     meta.add_string("general.architecture", out.arch);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cellm::safetensors_plugin {
@@ -28,6 +29,8 @@ struct HfConfig {
 // Reads `config` (from `file`, for messages) and adds general.architecture and the arch's hyperparameters to
 // `meta`. Throws plugin::Failure naming the key: UNSUPPORTED for an unknown model_type or rope scaling,
 // CORRUPT for a missing or mistyped value.
-HfConfig read_config(const nlohmann::json& config, const std::string& file, MetaTable& meta);
+// `as_arch`, when given, reads a llama text config (a multimodal model's text_config) under that arch's keys.
+HfConfig read_config(const nlohmann::json& config, const std::string& file, MetaTable& meta,
+                     std::string_view as_arch = {});
 
 }  // namespace cellm::safetensors_plugin

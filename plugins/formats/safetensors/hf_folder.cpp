@@ -4,6 +4,7 @@
 #include "hf_tokenizer.h"
 #include "formats/limits.h"
 #include "gemma4.h"
+#include "idefics3.h"
 #include "plugin_host.hpp"
 #include "qwen35.h"
 #include "shard.h"
@@ -167,6 +168,7 @@ HfFolder::HfFolder(const fs::path& folder) {
     const fs::path config_path = folder / "config.json";
     const HfConfig config = read_config(read_json_file(config_path), config_path.string(), meta_);
     read_tokenizer(folder, config, meta_);
+    if (config.arch == "idefics3") read_idefics3_processor(folder, meta_);
 
     std::vector<std::pair<std::string, std::string>> index;
     const std::vector<std::string> shards = shard_names(folder, index);
@@ -188,7 +190,7 @@ HfFolder::HfFolder(const fs::path& folder) {
     // Only Llama's Q/K and Qwen3.5's norm gains and A_log (qwen35.h) are rewritten. claim_bytes keeps their sources
     // disjoint, so the copies fit in the shards' size: the sources lie in the data areas, and each tensor's header
     // entry (over 64 bytes for these names) outweighs the 63 bytes at most that aligning its copy adds.
-    const bool permute = config.arch == "llama";
+    const bool permute = config.arch == "llama" || config.arch == "idefics3";
     const bool qwen35 = config.arch == "qwen35";
     const uint64_t rope_freqs_bytes = config.rope_freqs.size() * sizeof(float);
     mapping_ = std::make_unique<FolderMapping>(
@@ -219,8 +221,9 @@ HfFolder::HfFolder(const fs::path& folder) {
             tensor_bytes += t.size;
             const std::optional<std::string> name =
                 config.arch == "gemma4"   ? gemma4_tensor_name(t.name, paths[s])
-                : config.arch == "qwen35" ? qwen35_tensor_name(t.name, paths[s])
-                                          : gguf_name(t.name, paths[s]);
+                : config.arch == "qwen35"   ? qwen35_tensor_name(t.name, paths[s])
+                : config.arch == "idefics3" ? idefics3_tensor_name(t.name, paths[s], gguf_name)
+                                            : gguf_name(t.name, paths[s]);
             if (!name) continue;
             cellm_tensor_info info{};
             info.struct_size = sizeof(info);
@@ -235,7 +238,8 @@ HfFolder::HfFolder(const fs::path& folder) {
             info.data = t.data;
             const bool is_q = name->ends_with("attn_q.weight") || name->ends_with("attn_q.bias");
             const bool is_k = name->ends_with("attn_k.weight") || name->ends_with("attn_k.bias");
-            if (permute && (is_q || is_k)) {
+            // Only the (Llama) text model's Q/K rotate; a vision encoder's (v.*) do not.
+            if (permute && (is_q || is_k) && !name->starts_with("v.")) {
                 claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);
                 uint8_t* rows = mapping_->allocate(t.size);
                 permute_rows(t, is_q ? config.n_head : config.n_head_kv, rows, paths[s]);
@@ -246,6 +250,13 @@ HfFolder::HfFolder(const fs::path& folder) {
                 info.n_dims = 2;
                 info.ne[1] = info.ne[2];
                 info.ne[2] = 1;
+            }
+            if (*name == "v.patch_embd.weight" && info.n_dims == 4) {
+                // The convolution's [out, channels, p, p] is a product's [channels * p * p, out]: the same bytes.
+                info.n_dims = 2;
+                info.ne[0] *= info.ne[1] * info.ne[2];
+                info.ne[1] = info.ne[3];
+                info.ne[2] = info.ne[3] = 1;
             }
             if (qwen35 && qwen35_rewrites(*name)) {
                 claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);

@@ -55,6 +55,21 @@ void MetaTable::add_i32s(std::string key, std::vector<int32_t> values) {
     add(std::move(key), v);
 }
 
+void MetaTable::add_f64(std::string key, double value) {
+    cellm_meta_value v{};
+    v.type = CELLM_VALUE_F64;
+    v.v.f64 = value;
+    add(std::move(key), v);
+}
+
+void MetaTable::add_f32s(std::string key, std::vector<float> values) {
+    const std::vector<float>& kept = float_arrays_.emplace_back(std::move(values));
+    cellm_meta_value v{};
+    v.type = CELLM_VALUE_ARRAY;
+    v.v.arr = {CELLM_VALUE_F32, kept.size(), kept.data()};
+    add(std::move(key), v);
+}
+
 bool MetaTable::contains(std::string_view key) const {
     for (const cellm_meta_kv& kv : entries_) {
         if (std::string_view(kv.key.data, kv.key.len) == key) return true;

@@ -24,6 +24,8 @@ public:
     void add_bool(std::string key, bool value);
     void add_strings(std::string key, std::vector<std::string> values);
     void add_i32s(std::string key, std::vector<int32_t> values);
+    void add_f64(std::string key, double value);
+    void add_f32s(std::string key, std::vector<float> values);
 
     bool contains(std::string_view key) const;
     const std::vector<cellm_meta_kv>& entries() const { return entries_; }
@@ -37,6 +39,7 @@ private:
     std::deque<std::string> strings_;
     std::deque<std::vector<cellm_string_ref>> string_arrays_;
     std::deque<std::vector<int32_t>> int_arrays_;
+    std::deque<std::vector<float>> float_arrays_;
 };
 
 }  // namespace cellm::safetensors_plugin
