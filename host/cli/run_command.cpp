@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <map>
 
@@ -62,6 +64,15 @@ void on_event(cellm_session*, const cellm_event* event, void* user_data) {
     }
 }
 
+// A whole file's bytes; throws cellm::Error naming it.
+std::vector<char> read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (!in.good() && !in.eof()) throw cellm::Error(path + ": cannot be read");
+    if (bytes.empty()) throw cellm::Error(path + ": empty file");
+    return bytes;
+}
+
 // One session's turn as the summary and the JSON report see it.
 struct Outcome {
     std::string name, text, error;
@@ -101,11 +112,15 @@ Command add_run(CLI::App& app) {
     struct Options {
         ManifestOverrides manifest;
         std::string prompt;
+        std::vector<std::string> images;
         bool chat = false, raw = false, json = false;
     };
     auto o = std::make_shared<Options>();
     o->manifest.add_to(app);
     app.add_option("--prompt", o->prompt, "The prompt (without it, the manifest's [[session]] entries run)");
+    app.add_option("--image", o->images,
+                   "A PNG or JPEG file for the prompt's next <image> (repeatable; without markers the images go first)")
+        ->check(CLI::ExistingFile);
     auto* chat = app.add_flag("--chat", o->chat, "Wrap the prompt in the chat template (default when the model has one)");
     app.add_flag("--raw", o->raw, "Use the prompt text as is")->excludes(chat);
     app.add_flag("--json", o->json, "Print one JSON object instead of streaming");
@@ -113,6 +128,11 @@ Command add_run(CLI::App& app) {
     return [o]() {
         Manifest manifest = o->manifest.load();
         const bool single = !o->prompt.empty();
+        if (!o->images.empty() && !single) throw cellm::Error("--image needs --prompt");
+        std::vector<std::vector<char>> image_bytes;
+        std::vector<cellm_image> images;
+        for (const std::string& path : o->images) image_bytes.push_back(read_file(path));
+        for (const std::vector<char>& bytes : image_bytes) images.push_back({bytes.data(), bytes.size()});
         if (!single && manifest.sessions.empty()) {
             throw cellm::Error("nothing to run: give --prompt, or [[session]] entries in the manifest");
         }
@@ -145,8 +165,12 @@ Command add_run(CLI::App& app) {
             cellm_session* session = nullptr;
             check(cellm_session_create(engine.get(), &settings->options, &session));
             sessions.emplace_back(session);
-            if (s.chat.value_or(info.model_has_chat_template != 0)) {
-                const cellm_message message{"user", s.prompt.c_str()};
+            const bool chat_wrapped = s.chat.value_or(info.model_has_chat_template != 0);
+            const cellm_message message{"user", s.prompt.c_str()};
+            if (!images.empty()) {
+                check(chat_wrapped ? cellm_session_submit_chat_images(session, &message, 1, images.data(), images.size())
+                                   : cellm_session_submit_text_images(session, s.prompt.c_str(), images.data(), images.size()));
+            } else if (chat_wrapped) {
                 check(cellm_session_submit_chat(session, &message, 1));
             } else {
                 check(cellm_session_submit_text(session, s.prompt.c_str()));

@@ -40,7 +40,7 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
                                     options.kv_type);
     states_ = std::make_unique<StatePool>(backend, model.layers(), options.max_sequences);
     // Build the decode graph now, so a backend that cannot run this model says so before any prompt.
-    graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size});
+    graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size, 0});
 }
 
 Engine::~Engine() = default;
@@ -103,8 +103,14 @@ int32_t Engine::truncate(int32_t sequence, int32_t n) {
         s.length = 0;
         states_->clear(s.state_slot);
     }
+    if (s.length <= s.embedded_from) s.embedded_from = std::numeric_limits<int32_t>::max();
     shrink(s, s.length);
     return s.length;
+}
+
+int32_t Engine::token_determined_length(int32_t sequence) const {
+    const Sequence& s = live_sequence(sequence);
+    return std::min(s.length, s.embedded_from);
 }
 
 int32_t Engine::reuse_prefix(int32_t sequence, std::span<const int32_t> prompt) {
@@ -187,7 +193,7 @@ void Engine::shrink(Sequence& s, int32_t n_positions) {
 void Engine::publish_full_blocks(Sequence& s) {
     if (!options_.prefix_cache || !states_->empty()) return;
     const int32_t bs = options_.block_size;
-    for (auto i = static_cast<int32_t>(s.hashes.size()); i < s.length / bs; ++i) {
+    for (auto i = static_cast<int32_t>(s.hashes.size()); i < std::min(s.length, s.embedded_from) / bs; ++i) {
         const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), s.tokens.data() + i * bs, bs);
         kv_->pool().publish(s.pages.blocks[static_cast<size_t>(i)], hash);
         s.hashes.push_back(hash);
@@ -208,7 +214,7 @@ KvStats Engine::kv_stats() const {
 }
 
 StepGraph& Engine::graph_for(const cellm_batch_shape& shape) {
-    const auto key = std::make_tuple(shape.n_tokens, shape.n_seqs, shape.n_outputs, shape.max_blocks);
+    const GraphKey key{shape.n_tokens, shape.n_seqs, shape.n_outputs, shape.max_blocks, shape.n_embd_rows};
     if (auto it = graphs_.find(key); it != graphs_.end()) {
         // Least recently used goes first: keep the order of use, newest last.
         graph_order_.erase(std::find(graph_order_.begin(), graph_order_.end(), key));
@@ -246,6 +252,14 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
         for (int32_t t : w.tokens) {
             if (t < 0 || t >= n_vocab()) throw Error("token id " + std::to_string(t) + " is outside the vocabulary");
         }
+        if (!w.embedded.empty() && !model_->vision()) throw Error("this model takes no embeddings in place of tokens");
+        for (size_t k = 0; k < w.embedded.size(); ++k) {
+            const EmbeddedRow& e = w.embedded[k];
+            if (e.index < 0 || static_cast<size_t>(e.index) >= w.tokens.size() || e.values == nullptr ||
+                (k > 0 && e.index <= w.embedded[k - 1].index)) {
+                throw Error("embedded row " + std::to_string(e.index) + " is not a token of the step item, in order");
+            }
+        }
         n_tokens += static_cast<int32_t>(w.tokens.size());
         n_outputs += w.logits == LogitsWanted::All ? static_cast<int32_t>(w.tokens.size()) : w.logits == LogitsWanted::Last ? 1 : 0;
         max_blocks = std::max(max_blocks, (end + options_.block_size - 1) / options_.block_size);
@@ -277,6 +291,7 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
     }
     for (const Work& w : work) {
         Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
+        if (!w.embedded.empty()) s.embedded_from = std::min(s.embedded_from, s.length + w.embedded.front().index);
         s.length += static_cast<int32_t>(w.tokens.size());
         s.tokens.insert(s.tokens.end(), w.tokens.begin(), w.tokens.end());
         publish_full_blocks(s);
@@ -285,20 +300,27 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
 
 void Engine::run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
                       std::vector<float>& logits) {
-    for (auto& v : inputs_) v.clear();
-    auto& tokens = inputs_[CELLM_INPUT_TOKENS];
-    auto& positions = inputs_[CELLM_INPUT_POSITIONS];
-    auto& token_seq = inputs_[CELLM_INPUT_TOKEN_SEQ];
-    auto& slots = inputs_[CELLM_INPUT_SLOTS];
-    auto& table = inputs_[CELLM_INPUT_BLOCK_TABLE];
-    auto& rows = inputs_[CELLM_INPUT_OUTPUT_ROWS];
-    auto& state_slots = inputs_[CELLM_INPUT_STATE_SLOTS];
+    for (auto& v : inputs_.i32) v.clear();
+    inputs_.embeddings.clear();
+    auto& tokens = inputs_.i32[CELLM_INPUT_TOKENS];
+    auto& positions = inputs_.i32[CELLM_INPUT_POSITIONS];
+    auto& token_seq = inputs_.i32[CELLM_INPUT_TOKEN_SEQ];
+    auto& slots = inputs_.i32[CELLM_INPUT_SLOTS];
+    auto& table = inputs_.i32[CELLM_INPUT_BLOCK_TABLE];
+    auto& rows = inputs_.i32[CELLM_INPUT_OUTPUT_ROWS];
+    auto& state_slots = inputs_.i32[CELLM_INPUT_STATE_SLOTS];
+    auto& embedded_rows = inputs_.i32[CELLM_INPUT_EMBEDDING_ROWS];
+    const auto n_embd = static_cast<size_t>(model_->info().n_embd);
     table.assign(static_cast<size_t>(max_blocks) * work.size(), -1);
     for (size_t r = 0; r < work.size(); ++r) {
         const Work& w = work[r];
         const Sequence& s = sequences_[static_cast<size_t>(w.sequence)];
         state_slots.push_back(s.state_slot);
         std::copy(s.pages.blocks.begin(), s.pages.blocks.end(), table.begin() + static_cast<ptrdiff_t>(r * static_cast<size_t>(max_blocks)));
+        for (const EmbeddedRow& e : w.embedded) {
+            embedded_rows.push_back(static_cast<int32_t>(tokens.size()) + e.index);
+            inputs_.embeddings.insert(inputs_.embeddings.end(), e.values, e.values + n_embd);
+        }
         for (size_t i = 0; i < w.tokens.size(); ++i) {
             const int32_t pos = s.length + static_cast<int32_t>(i);
             if (w.logits == LogitsWanted::All || (w.logits == LogitsWanted::Last && i + 1 == w.tokens.size())) {
@@ -314,7 +336,7 @@ void Engine::run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_ou
     if (dropped_row) rows.push_back(n_tokens - 1);
 
     const cellm_batch_shape shape{sizeof(cellm_batch_shape), n_tokens, static_cast<int32_t>(work.size()), n_outputs,
-                                  max_blocks, options_.block_size};
+                                  max_blocks, options_.block_size, static_cast<int32_t>(embedded_rows.size())};
     StepGraph& graph = graph_for(shape);
     logits.resize(static_cast<size_t>(n_outputs) * static_cast<size_t>(n_vocab()));
     graph.execute(inputs_, logits.data(), logits.size());

@@ -14,6 +14,7 @@
 #include "engine/step_graph.h"
 #include "model/weights.h"
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -65,14 +66,23 @@ public:
     std::span<const int32_t> sequence_blocks(int32_t sequence) const;
     // Positions already in the KV cache for `sequence`.
     int32_t sequence_length(int32_t sequence) const;
+    // Positions whose keys and values depend on the tokens alone: before the first caller-supplied embedding.
+    // Only these may be matched against a new prompt's tokens.
+    int32_t token_determined_length(int32_t sequence) const;
     // Forgets positions >= n (they will be computed again), e.g. when a chat turn diverges from the cache.
     // Returns the positions kept: n, or 0 when a recurrent state would have to go back (the sequence restarts).
     int32_t truncate(int32_t sequence, int32_t n);
 
+    // A token whose embedding the caller supplies (an image's, from VisionEncoder) instead of the model's.
+    struct EmbeddedRow {
+        int32_t index;        // into Work::tokens
+        const float* values;  // n_embd floats, borrowed for the step
+    };
     struct Work {
         int32_t sequence;
         std::span<const int32_t> tokens;
         LogitsWanted logits;
+        std::span<const EmbeddedRow> embedded = {};  // ascending indices; only for a model with vision()
     };
     // Runs one step over all `work` items. Writes n_vocab floats per requested row into `logits`, in work
     // order (Last: one row, All: one per token). Throws cellm::Error and leaves sequences unchanged when
@@ -95,6 +105,9 @@ private:
         PageTable pages;
         std::vector<int32_t> tokens;     // [0, length)
         std::vector<BlockHash> hashes;   // of the leading full blocks that are published
+        // First position whose embedding came from the caller: blocks from there on are never published, since
+        // their keys and values depend on more than the tokens (an image token's on its image).
+        int32_t embedded_from = std::numeric_limits<int32_t>::max();
         int32_t state_slot = -1;         // in states_, for a model with recurrent layers
     };
     Sequence& live_sequence(int32_t sequence);
@@ -114,10 +127,12 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<StatePool> states_;  // one slot per sequence that may be live at once (max_sequences)
     std::vector<Sequence> sequences_;
-    // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks), least recently used evicted past a bound.
-    std::map<std::tuple<int32_t, int32_t, int32_t, int32_t>, std::unique_ptr<StepGraph>> graphs_;
-    std::vector<std::tuple<int32_t, int32_t, int32_t, int32_t>> graph_order_;
-    std::array<std::vector<int32_t>, CELLM_INPUT_COUNT> inputs_;
+    // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks, n_embd_rows), least recently used evicted
+    // past a bound.
+    using GraphKey = std::tuple<int32_t, int32_t, int32_t, int32_t, int32_t>;
+    std::map<GraphKey, std::unique_ptr<StepGraph>> graphs_;
+    std::vector<GraphKey> graph_order_;
+    StepGraph::Inputs inputs_;
     int64_t prefix_hit_tokens_ = 0, prefix_hit_blocks_ = 0, copied_blocks_ = 0;
 };
 

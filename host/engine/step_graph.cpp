@@ -9,6 +9,10 @@
 
 namespace cellm {
 
+namespace {
+bool f32_input(int32_t kind) { return kind == CELLM_INPUT_PIXELS || kind == CELLM_INPUT_EMBEDDINGS; }
+}  // namespace
+
 // The builder the arch appends nodes through; checks each node's sources as it arrives. For an I8 cache it
 // also adds each pool's scale leaf and the sources that name it (graph.h), which the arch never sees.
 struct GraphBuilderContext {
@@ -101,26 +105,42 @@ struct GraphBuilderContext {
 StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
                      const StatePool& states, const cellm_batch_shape& shape)
     : backend_(&backend) {
-    GraphBuilderContext ctx{this, kv.type() == CELLM_TYPE_I8, {}, {}};
+    const cellm_arch_iface* iface = model.arch_plugin().arch();
+    prepare(model, weights, &kv, &states, "logits", {model.info().n_vocab, shape.n_outputs},
+            [&](const cellm_graph_builder& b) { return iface->build_graph(model.arch_model(), &shape, &b); });
+}
+
+StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const cellm_vision_shape& shape)
+    : backend_(&backend) {
+    const cellm_arch_iface* iface = model.arch_plugin().arch();
+    const cellm_arch_vision_info& v = model.vision().value();
+    prepare(model, weights, nullptr, nullptr, "image embeddings",
+            {v.n_embd, int64_t{v.tokens_per_image} * shape.n_images},
+            [&](const cellm_graph_builder& b) { return iface->build_vision_graph(model.arch_model(), &shape, &b); });
+}
+
+template <class Build>
+void StepGraph::prepare(const Model& model, const WeightStore& weights, const KvCache* kv, const StatePool* states,
+                        const std::string& what, std::array<int64_t, 2> out_ne, Build build) {
+    Backend& backend = *backend_;
+    GraphBuilderContext ctx{this, kv != nullptr && kv->type() == CELLM_TYPE_I8, {}, {}};
     cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
                                 GraphBuilderContext::add_output};
     const std::string arch = model.arch_plugin().name();
-    check(model.arch_plugin().arch()->build_graph(model.arch_model(), &shape, &builder), "arch '" + arch + "'");
+    check(build(builder), "arch '" + arch + "'");
     if (!ctx.failure.empty()) throw Error("arch '" + arch + "' built a malformed graph: " + ctx.failure);
-    if (outputs_.size() != 1) throw Error("arch '" + arch + "' must declare exactly one graph output (the logits)");
-    // The logits are copied into a buffer of exactly this shape, so the host checks it rather than trusting
+    if (outputs_.size() != 1) throw Error("arch '" + arch + "' must declare exactly one graph output (the " + what + ")");
+    // The output is copied into a buffer of exactly this shape, so the host checks it rather than trusting
     // every backend to.
     if (outputs_[0] < 0 || outputs_[0] >= static_cast<int32_t>(nodes_.size())) {
         throw Error("arch '" + arch + "' declared output node " + std::to_string(outputs_[0]) + ", which does not exist");
     }
-    const cellm_node& logits = nodes_[static_cast<size_t>(outputs_[0])];
-    if (logits.type != CELLM_TYPE_F32 || logits.ne[0] != model.info().n_vocab || logits.ne[1] != shape.n_outputs ||
-        logits.ne[2] != 1 || logits.ne[3] != 1) {
-        throw Error("arch '" + arch + "' declared logits of shape [" + std::to_string(logits.ne[0]) + ", " +
-                    std::to_string(logits.ne[1]) + "], expected F32 [" + std::to_string(model.info().n_vocab) + ", " +
-                    std::to_string(shape.n_outputs) + "]");
+    const cellm_node& out = nodes_[static_cast<size_t>(outputs_[0])];
+    if (out.type != CELLM_TYPE_F32 || out.ne[0] != out_ne[0] || out.ne[1] != out_ne[1] || out.ne[2] != 1 || out.ne[3] != 1) {
+        throw Error("arch '" + arch + "' declared " + what + " of shape [" + std::to_string(out.ne[0]) + ", " +
+                    std::to_string(out.ne[1]) + "], expected F32 [" + std::to_string(out_ne[0]) + ", " +
+                    std::to_string(out_ne[1]) + "]");
     }
-
     const cellm_model_view& view = model.file().view();
     for (size_t i = 0; i < nodes_.size(); ++i) {
         cellm_node& node = nodes_[i];
@@ -141,22 +161,24 @@ StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& we
             break;
         }
         case CELLM_OP_KV_CACHE:
+            if (kv == nullptr) throw Error("arch '" + arch + "' refers to the KV cache in its vision graph");
             // The builder admitted only kinds 0 and 1 from the arch; 2 and 3 are the scale leaves it added.
             if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer) {
                 throw Error("arch '" + arch + "' refers to a KV cache layer that does not exist");
             }
-            node.tensor = kv.tensor(node.iparams[0], node.iparams[1]);
+            node.tensor = kv->tensor(node.iparams[0], node.iparams[1]);
             node.type = node.tensor.type;
             for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
             break;
         case CELLM_OP_STATE:
+            if (states == nullptr) throw Error("arch '" + arch + "' refers to a recurrent state in its vision graph");
             if (node.iparams[0] < 0 || node.iparams[0] >= model.info().n_layer || node.iparams[1] < 0 ||
                 node.iparams[1] > 1 ||
                 model.layers()[static_cast<size_t>(node.iparams[0])].state_size[node.iparams[1]] == 0) {
                 throw Error("arch '" + arch + "' refers to recurrent state " + std::to_string(node.iparams[1]) +
                             " of layer " + std::to_string(node.iparams[0]) + ", which it did not report");
             }
-            node.tensor = states.tensor(node.iparams[0], node.iparams[1]);
+            node.tensor = states->tensor(node.iparams[0], node.iparams[1]);
             node.type = node.tensor.type;
             for (int d = 0; d < CELLM_MAX_DIMS; ++d) node.ne[d] = node.tensor.ne[d];
             break;
@@ -171,6 +193,10 @@ StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& we
         case CELLM_OP_INPUT:
             if (node.iparams[0] < 0 || node.iparams[0] >= CELLM_INPUT_COUNT) {
                 throw Error("arch '" + arch + "' uses an unknown input kind " + std::to_string(node.iparams[0]));
+            }
+            if (node.type != (f32_input(node.iparams[0]) ? CELLM_TYPE_F32 : CELLM_TYPE_I32)) {
+                throw Error("arch '" + arch + "' declared input kind " + std::to_string(node.iparams[0]) +
+                            " with element type " + std::to_string(node.type) + " (graph.h gives each kind its type)");
             }
             input_nodes_.emplace_back(static_cast<int32_t>(i), static_cast<cellm_input_kind>(node.iparams[0]));
             break;
@@ -193,14 +219,19 @@ StepGraph::~StepGraph() {
     if (plan_ != nullptr) backend_->iface().plan_free(backend_->handle(), plan_);
 }
 
-void StepGraph::execute(const std::array<std::vector<int32_t>, CELLM_INPUT_COUNT>& inputs, float* logits, size_t n_logits) {
+void StepGraph::execute(const Inputs& inputs, float* out_data, size_t n_out) {
     std::vector<cellm_input_binding> bindings;
     bindings.reserve(input_nodes_.size());
     for (const auto& [node, kind] : input_nodes_) {
-        const auto& data = inputs[static_cast<size_t>(kind)];
-        bindings.push_back({node, data.data(), data.size() * sizeof(int32_t)});
+        if (kind == CELLM_INPUT_EMBEDDINGS || kind == CELLM_INPUT_PIXELS) {
+            const std::vector<float>& data = kind == CELLM_INPUT_PIXELS ? inputs.pixels : inputs.embeddings;
+            bindings.push_back({node, data.data(), data.size() * sizeof(float)});
+        } else {
+            const auto& data = inputs.i32[static_cast<size_t>(kind)];
+            bindings.push_back({node, data.data(), data.size() * sizeof(int32_t)});
+        }
     }
-    cellm_output_binding out{outputs_[0], logits, n_logits * sizeof(float)};
+    cellm_output_binding out{outputs_[0], out_data, n_out * sizeof(float)};
     const cellm_execute_args args{sizeof(cellm_execute_args), bindings.data(), bindings.size(), sizeof(cellm_input_binding),
                                   &out, 1, sizeof(cellm_output_binding)};
     check(backend_->iface().graph_execute(backend_->handle(), plan_, &args), std::string("backend '") + backend_->name() + "'");

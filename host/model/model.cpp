@@ -32,6 +32,7 @@ std::unique_ptr<Model> Model::load(const PluginRegistry& registry, const std::fi
     model->info_.struct_size = sizeof(cellm_arch_info);
     check(iface->get_info(model->arch_model_, &model->info_), where);
     model->read_layers(where);
+    model->read_vision(where);
     model->tokenizer_ = Tokenizer::from_model(model->file_->view());
     if (model->tokenizer_->n_vocab() > model->info_.n_vocab) {
         throw Error(where + ": the tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +
@@ -64,6 +65,29 @@ void Model::read_layers(const std::string& where) {
             }
         }
     }
+}
+
+void Model::read_vision(const std::string& where) {
+    const cellm_plugin_desc& desc = *arch_plugin_->desc;
+    const cellm_arch_iface* iface = arch_plugin_->arch();
+    const bool vision = desc.abi_minor >= 3 &&
+                        iface->struct_size >= offsetof(cellm_arch_iface, build_vision_graph) + sizeof(iface->build_vision_graph) &&
+                        iface->get_vision_info != nullptr && iface->build_vision_graph != nullptr;
+    if (!vision) return;
+    cellm_arch_vision_info v{};
+    v.struct_size = sizeof(v);
+    StatusPtr status(iface->get_vision_info(arch_model_, &v));
+    // UNSUPPORTED: an arch that takes images, a file without a vision encoder.
+    if (status != nullptr && host_api()->status_code(status.get()) == CELLM_ERR_UNSUPPORTED) return;
+    check(status.release(), where);
+    if (v.image_size < 1 || v.image_size > 8192 || v.patch_size < 1 || v.patch_size > v.image_size ||
+        v.tokens_per_image < 1 || v.tokens_per_image > (1 << 16) || v.n_embd != info_.n_embd) {
+        throw Error(where + ": the arch reports a vision encoder of " + std::to_string(v.image_size) + "-pixel images, " +
+                    std::to_string(v.patch_size) + "-pixel patches and " + std::to_string(v.tokens_per_image) +
+                    " embeddings of " + std::to_string(v.n_embd) + " values per image (the text model's width is " +
+                    std::to_string(info_.n_embd) + ")");
+    }
+    vision_ = v;
 }
 
 Model::~Model() {

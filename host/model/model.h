@@ -8,6 +8,7 @@
 #include <cellm/arch.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,17 +30,21 @@ public:
     const cellm_arch_info& info() const { return info_; }
     // Every layer's KV row (ABI 1.2's get_layer_info, or info()'s kv_dim and n_head_kv for each layer).
     const std::vector<cellm_arch_layer_info>& layers() const { return layers_; }
+    // The vision encoder's geometry (ABI 1.3's get_vision_info), when the model takes images.
+    const std::optional<cellm_arch_vision_info>& vision() const { return vision_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }
     const std::string& architecture() const { return architecture_; }
 
 private:
     Model() = default;
     void read_layers(const std::string& where);
+    void read_vision(const std::string& where);
     std::unique_ptr<ModelFile> file_;
     const Plugin* arch_plugin_ = nullptr;
     cellm_arch_model* arch_model_ = nullptr;
     cellm_arch_info info_{};
     std::vector<cellm_arch_layer_info> layers_;
+    std::optional<cellm_arch_vision_info> vision_;
     std::unique_ptr<Tokenizer> tokenizer_;
     std::string architecture_;
 };

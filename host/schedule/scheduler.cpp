@@ -52,7 +52,7 @@ Session& Scheduler::find(SessionId id) {
 
 const Session& Scheduler::session(SessionId id) const { return const_cast<Scheduler*>(this)->find(id); }
 
-void Scheduler::submit(SessionId id, std::vector<int32_t> prompt) {
+void Scheduler::submit(SessionId id, std::vector<int32_t> prompt, std::shared_ptr<const PromptEmbeddings> embeddings) {
     Session& s = find(id);
     const std::string who = "session '" + s.options().name + "'";
     if (s.state_ != SessionState::Idle) throw Error(who + " is still busy with its previous prompt");
@@ -68,13 +68,32 @@ void Scheduler::submit(SessionId id, std::vector<int32_t> prompt) {
         throw PromptTooLongError(who + ": the prompt needs " + std::to_string(blocks) + " KV blocks but the whole pool has " +
                     std::to_string(kv.blocks) + " (raise [context].kv_memory_mib)");
     }
+    if (embeddings != nullptr && !embeddings->positions.empty()) {
+        if (!engine_.model().vision()) throw Error(who + ": the model takes no images");
+        const std::vector<int32_t>& at = embeddings->positions;
+        for (size_t i = 0; i < at.size(); ++i) {
+            if (at[i] < 0 || at[i] >= n || (i > 0 && at[i] <= at[i - 1])) {
+                throw Error(who + ": embedding position " + std::to_string(at[i]) + " is not a prompt position, in order");
+            }
+        }
+        if (embeddings->values.size() != at.size() * static_cast<size_t>(engine_.model().info().n_embd)) {
+            throw Error(who + ": " + std::to_string(embeddings->values.size()) + " embedding values for " +
+                        std::to_string(at.size()) + " positions of width " + std::to_string(engine_.model().info().n_embd));
+        }
+    } else {
+        embeddings = nullptr;
+    }
     s.start_turn(std::move(prompt));
+    s.embeddings_ = std::move(embeddings);
     if (s.sequence_ >= 0) {
-        // The blocks of the previous turn stay: keep what the new prompt repeats (all but its last token).
-        const std::span<const int32_t> held = engine_.sequence_tokens(s.sequence_);
+        // The blocks of the previous turn stay: keep what the new prompt repeats (all but its last token), up to
+        // the first position either side took from an embedding rather than its token.
+        const std::span<const int32_t> held =
+            engine_.sequence_tokens(s.sequence_).first(static_cast<size_t>(engine_.token_determined_length(s.sequence_)));
         const std::vector<int32_t>& now = s.context();
+        const size_t limit = s.embeddings_ != nullptr ? static_cast<size_t>(s.embeddings_->positions.front()) : now.size();
         size_t keep = 0;
-        while (keep < held.size() && keep + 1 < now.size() && held[keep] == now[keep]) ++keep;
+        while (keep < held.size() && keep + 1 < now.size() && keep < limit && held[keep] == now[keep]) ++keep;
         s.computed_ = engine_.truncate(s.sequence_, static_cast<int32_t>(keep));
         s.result_.reused_tokens = s.computed_;
     }
@@ -133,7 +152,10 @@ void Scheduler::destroy(SessionId id) {
 void Scheduler::admit(Session& s) {
     if (s.sequence_ < 0) {
         s.sequence_ = engine_.create_sequence();
-        s.computed_ = engine_.reuse_prefix(s.sequence_, s.context());
+        // Cached blocks are matched by tokens, so only up to the first token an embedding replaces.
+        std::span<const int32_t> prompt = s.context();
+        if (s.embeddings_ != nullptr) prompt = prompt.first(static_cast<size_t>(s.embeddings_->positions.front()) + 1);
+        s.computed_ = engine_.reuse_prefix(s.sequence_, prompt);
         if (s.result_.preemptions == 0 && s.result_.tokens.empty()) s.result_.reused_tokens = s.computed_;
     }
     s.state_ = SessionState::Running;
@@ -267,10 +289,23 @@ bool Scheduler::step() {
     }
 
     work_.clear();
-    for (const Planned& p : planned) {
-        const auto first = p.session->context().begin() + p.session->computed_;
+    embedded_.resize(planned.size());
+    const auto n_embd = static_cast<size_t>(engine_.model().info().n_embd);
+    for (size_t i = 0; i < planned.size(); ++i) {
+        const Planned& p = planned[i];
+        const int32_t from = p.session->computed_;
+        const auto first = p.session->context().begin() + from;
+        std::vector<Engine::EmbeddedRow>& rows = embedded_[i];
+        rows.clear();
+        if (const PromptEmbeddings* e = p.session->embeddings_.get()) {
+            const auto begin = std::lower_bound(e->positions.begin(), e->positions.end(), from);
+            for (auto it = begin; it != e->positions.end() && *it < from + p.n_tokens; ++it) {
+                const auto row = static_cast<size_t>(it - e->positions.begin());
+                rows.push_back({*it - from, e->values.data() + row * n_embd});
+            }
+        }
         work_.push_back({p.session->sequence_, std::span<const int32_t>(&*first, static_cast<size_t>(p.n_tokens)),
-                         p.wants_logits ? LogitsWanted::Last : LogitsWanted::None});
+                         p.wants_logits ? LogitsWanted::Last : LogitsWanted::None, rows});
     }
     engine_.step(work_, logits_);
     ++step_index_;

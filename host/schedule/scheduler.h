@@ -62,7 +62,9 @@ public:
     // Starts a turn: `prompt` is the whole conversation so far as tokens (a later turn repeats the earlier
     // ones; the prefix cache finds them). Throws cellm::Error when the session is busy or the prompt can
     // never run (empty, longer than the context, larger than the whole KV pool).
-    void submit(SessionId id, std::vector<int32_t> prompt);
+    // `embeddings`, when given, replace the embeddings of some prompt tokens (an image's tokens); the model must
+    // take them (Model::vision()), and the positions they cover are never matched against cached tokens.
+    void submit(SessionId id, std::vector<int32_t> prompt, std::shared_ptr<const PromptEmbeddings> embeddings = nullptr);
     // One scheduling step. Returns false when no session has work left.
     bool step();
     // Steps until every submitted turn has ended.
@@ -111,6 +113,7 @@ private:
     bool in_step_ = false;
     int64_t batched_tokens_ = 0, preemptions_ = 0;
     std::vector<Engine::Work> work_;
+    std::vector<std::vector<Engine::EmbeddedRow>> embedded_;  // per work item, for the step's duration
     std::vector<float> logits_;
     // Token-rate policy: generated tokens since the cap's clock started.
     std::chrono::steady_clock::time_point rate_start_{};

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,13 @@ struct SessionOptions {
     // Receives printable text as it is produced (complete UTF-8, stop strings never shown). Called on the
     // thread that runs the scheduler's step; it may cancel sessions.
     std::function<void(std::string_view)> on_text;
+};
+
+// Embeddings that stand in for some prompt tokens: an image's (vision/vision_encoder.h), in place of its image
+// tokens. Row i, n_embd floats at values[i * n_embd], goes in place of the prompt token at positions[i].
+struct PromptEmbeddings {
+    std::vector<int32_t> positions;  // ascending
+    std::vector<float> values;
 };
 
 enum class SessionState {
@@ -98,6 +106,7 @@ private:
     int64_t last_served_ = -1;     // step that last gave this session tokens
     int64_t arrival_ = 0;          // submit order, first come first served among equals
     bool cancel_requested_ = false;
+    std::shared_ptr<const PromptEmbeddings> embeddings_;  // this turn's, or null
     std::chrono::steady_clock::time_point submitted_;
     std::optional<std::chrono::steady_clock::time_point> last_token_at_;
 };

@@ -301,6 +301,9 @@ cellm_result cellm_engine_get_info(const cellm_engine* engine, cellm_engine_info
         out.kv_block_size = e.kv_cache().block_size();
         out.kv_bytes_per_token = static_cast<int64_t>(e.kv_cache().bytes_per_token());
         out.model_has_chat_template = core.tokenizer().chat_template().empty() ? 0 : 1;
+        if (out.struct_size >= offsetof(cellm_engine_info, model_takes_images) + sizeof(out.model_takes_images)) {
+            out.model_takes_images = core.runtime().model().vision() ? 1 : 0;
+        }
     });
 }
 
@@ -415,6 +418,28 @@ cellm_result cellm_session_fork(cellm_session* session, cellm_session** fork) {
     });
 }
 
+namespace {
+
+std::vector<cellm::ChatMessage> conversation_arg(const cellm_message* messages, size_t n_messages) {
+    if (n_messages == 0) throw PromptError("the conversation has no messages");
+    require(messages, "messages");
+    std::vector<cellm::ChatMessage> conversation;
+    for (size_t i = 0; i < n_messages; ++i) {
+        const cellm_message& m = messages[i];
+        if (m.role == nullptr || m.content == nullptr) {
+            throw ArgumentError("message " + std::to_string(i) + " has a NULL role or content");
+        }
+        const std::string role = m.role;
+        if (role != "system" && role != "user" && role != "assistant") {
+            throw PromptError("message " + std::to_string(i) + " has role '" + role + "' (expected system, user or assistant)");
+        }
+        conversation.push_back({role, m.content});
+    }
+    return conversation;
+}
+
+}  // namespace
+
 cellm_result cellm_session_submit_text(cellm_session* session, const char* text) {
     return guarded([&] {
         EngineCore& core = open_core(session);
@@ -427,21 +452,7 @@ cellm_result cellm_session_submit_text(cellm_session* session, const char* text)
 cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages) {
     return guarded([&] {
         EngineCore& core = open_core(session);
-        if (n_messages == 0) throw PromptError("the conversation has no messages");
-        require(messages, "messages");
-        std::vector<cellm::ChatMessage> conversation;
-        for (size_t i = 0; i < n_messages; ++i) {
-            const cellm_message& m = messages[i];
-            if (m.role == nullptr || m.content == nullptr) {
-                throw ArgumentError("message " + std::to_string(i) + " has a NULL role or content");
-            }
-            const std::string role = m.role;
-            if (role != "system" && role != "user" && role != "assistant") {
-                throw PromptError("message " + std::to_string(i) + " has role '" + role +
-                                  "' (expected system, user or assistant)");
-            }
-            conversation.push_back({role, m.content});
-        }
+        const std::vector<cellm::ChatMessage> conversation = conversation_arg(messages, n_messages);
         std::vector<int32_t> tokens;
         try {
             tokens = core.prompt().chat_tokens(conversation);
@@ -449,6 +460,52 @@ cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_messa
             throw PromptError(e.what());
         }
         submit(session, std::move(tokens));
+    });
+}
+
+namespace {
+
+std::vector<std::span<const uint8_t>> image_args(const cellm_image* images, size_t n_images) {
+    if (n_images == 0) throw PromptError("no images given (use the text or chat submit for a prompt without any)");
+    require(images, "images");
+    std::vector<std::span<const uint8_t>> out;
+    for (size_t i = 0; i < n_images; ++i) {
+        if (images[i].data == nullptr || images[i].size == 0) {
+            throw ArgumentError("image " + std::to_string(i) + " has no data");
+        }
+        out.emplace_back(static_cast<const uint8_t*>(images[i].data), images[i].size);
+    }
+    return out;
+}
+
+void submit_images(cellm_session* session, const std::string& text, const cellm_image* images, size_t n_images) {
+    EngineCore& core = open_core(session);
+    const std::vector<std::span<const uint8_t>> bytes = image_args(images, n_images);
+    try {
+        core.submit_images(session->id, text, bytes);
+    } catch (const cellm::sdk::BusyError&) {
+        throw;
+    } catch (const cellm::sdk::ClosedError&) {
+        throw;
+    } catch (const cellm::PromptTooLongError& e) {
+        throw TooLongError(e.what());
+    } catch (const Error& e) {
+        throw PromptError(e.what());
+    }
+}
+
+}  // namespace
+
+cellm_result cellm_session_submit_text_images(cellm_session* session, const char* text, const cellm_image* images,
+                                              size_t n_images) {
+    return guarded([&] { submit_images(session, text_arg(text, "text"), images, n_images); });
+}
+
+cellm_result cellm_session_submit_chat_images(cellm_session* session, const cellm_message* messages, size_t n_messages,
+                                              const cellm_image* images, size_t n_images) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        submit_images(session, core.prompt().render(conversation_arg(messages, n_messages)), images, n_images);
     });
 }
 

@@ -164,6 +164,7 @@ void EngineCore::close() {
     if (thread_.joinable()) thread_.join();
     std::lock_guard lock(mutex_);
     channels_.clear();
+    images_.reset();  // its graphs run on the backend the runtime owns
     scheduler_.reset();
     prompt_.reset();
     runtime_.reset();
@@ -221,6 +222,21 @@ void EngineCore::submit(SessionId id, std::vector<int32_t> prompt) {
     const auto& channel = channels_.at(id);
     if (channel->busy()) throw BusyError("the session is still generating its previous turn");
     scheduler_->submit(id, std::move(prompt));
+    channel->begin_turn();
+    work_ = true;
+}
+
+void EngineCore::submit_images(SessionId id, const std::string& text, std::span<const std::span<const uint8_t>> images) {
+    Lock lock(*this);
+    check_open();
+    const auto& channel = channels_.at(id);
+    if (channel->busy()) throw BusyError("the session is still generating its previous turn");
+    if (!runtime_->model().vision()) throw Error("the model takes no images");
+    if (images_ == nullptr) {
+        images_ = std::make_unique<ImagePrompter>(runtime_->model(), runtime_->backend(), runtime_->engine().weights());
+    }
+    ImagePrompter::Prompt p = images_->build(text, images, prompt_->wants_bos(text));
+    scheduler_->submit(id, std::move(p.tokens), std::move(p.embeddings));
     channel->begin_turn();
     work_ = true;
 }

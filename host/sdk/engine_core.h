@@ -11,6 +11,7 @@
 #include "tokenize/prompt.h"
 #include "runtime.h"
 #include "schedule/scheduler.h"
+#include "vision/image_prompt.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -19,6 +20,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,6 +91,9 @@ public:
     SessionId fork(SessionId id, SessionOptions options, std::shared_ptr<SessionChannel> channel);
     // Throws cellm::Error when the prompt can never run; the channel's turn begins when it is accepted.
     void submit(SessionId id, std::vector<int32_t> prompt);
+    // A prompt with images (vision/image_prompt.h): `text` as rendered, each image a PNG or JPEG file's bytes.
+    // The images are encoded here, under the lock, since the scheduler thread drives the same backend.
+    void submit_images(SessionId id, const std::string& text, std::span<const std::span<const uint8_t>> images);
     void cancel(SessionId id);
     void destroy(SessionId id);
     // Reads a session's result under the lock: `read` gets the scheduler's Session.
@@ -128,6 +133,7 @@ private:
     std::unique_ptr<Runtime> runtime_;
     std::unique_ptr<PromptBuilder> prompt_;
     std::unique_ptr<Scheduler> scheduler_;
+    std::unique_ptr<ImagePrompter> images_;  // made at the first prompt with images
 
     std::mutex mutex_;
     std::condition_variable wake_;      // the scheduler thread: new work, a caller waiting, or close

@@ -23,11 +23,13 @@ std::string PromptBuilder::render(std::span<const ChatMessage> conversation) con
     return render_chat(kind_, conversation, true, system_prompt_);
 }
 
-std::vector<int32_t> PromptBuilder::encode(const std::string& text) const {
+bool PromptBuilder::wants_bos(const std::string& text) const {
     // A template that writes the BOS text itself (Llama 3, Gemma) must not get a second one.
-    bool add_bos = tokenizer_.add_bos() && tokenizer_.bos() >= 0;
-    if (add_bos && text.rfind(tokenizer_.token_text(tokenizer_.bos()), 0) == 0) add_bos = false;
-    return tokenizer_.encode(text, add_bos, true);
+    return tokenizer_.add_bos() && tokenizer_.bos() >= 0 && text.rfind(tokenizer_.token_text(tokenizer_.bos()), 0) != 0;
+}
+
+std::vector<int32_t> PromptBuilder::encode(const std::string& text) const {
+    return tokenizer_.encode(text, wants_bos(text), true);
 }
 
 std::vector<int32_t> PromptBuilder::chat_tokens(std::span<const ChatMessage> conversation) const {

@@ -24,6 +24,8 @@ public:
     std::vector<int32_t> chat_tokens(std::span<const ChatMessage> conversation) const;
     // Text used as is (no template).
     std::vector<int32_t> raw_tokens(const std::string& text) const;
+    // Whether `text`'s tokens get a BOS: as the model asks, unless the text (a template's) already writes it.
+    bool wants_bos(const std::string& text) const;
 
 private:
     std::vector<int32_t> encode(const std::string& text) const;

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CELLM_SDK_VERSION_MAJOR 1
-#define CELLM_SDK_VERSION_MINOR 0
+#define CELLM_SDK_VERSION_MINOR 1
 
 #if defined(_WIN32)
 #define CELLM_API __declspec(dllexport)
@@ -114,6 +114,8 @@ typedef struct cellm_engine_info {
     int32_t kv_block_size;     /* tokens per block */
     int64_t kv_bytes_per_token;
     int32_t model_has_chat_template; /* the model file carries its own chat template (tokenizer.chat_template) */
+    /* Since 1.1 (read it only when struct_size covers it). */
+    int32_t model_takes_images;      /* cellm_session_submit_*_images work: the model has a vision encoder */
 } cellm_engine_info;
 
 CELLM_API cellm_result cellm_engine_get_info(const cellm_engine* engine, cellm_engine_info* info);
@@ -234,6 +236,20 @@ typedef struct cellm_message {
 /* Rendered with the model's chat template (the manifest's [chat] settings) with the generation prompt. */
 CELLM_API cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages);
 CELLM_API cellm_result cellm_session_submit_tokens(cellm_session* session, const int32_t* tokens, size_t n_tokens);
+
+/* Prompts with images, for a model that takes them (cellm_engine_info.model_takes_images; SmolVLM). An image is
+ * a PNG or JPEG file's bytes, borrowed for the call. Each "<image>" in the text (or in the messages' content)
+ * stands for the next image; a text without any gets the images at its start. Each image is encoded when the
+ * call is made, once per distinct content: a later turn with the same image bytes reuses the encoding. Errors as
+ * for text, and CELLM_E_PROMPT naming the image when it cannot be decoded or the markers and images disagree. */
+typedef struct cellm_image {
+    const void* data;
+    size_t size;
+} cellm_image;
+CELLM_API cellm_result cellm_session_submit_text_images(cellm_session* session, const char* text,
+                                                        const cellm_image* images, size_t n_images);
+CELLM_API cellm_result cellm_session_submit_chat_images(cellm_session* session, const cellm_message* messages,
+                                                        size_t n_messages, const cellm_image* images, size_t n_images);
 
 /* The next event of a session without on_event: CELLM_SUCCESS with *event filled, or CELLM_E_TIMEOUT when none
  * came within timeout_ms (0: do not wait; negative: wait as long as it takes). A session with on_event gets

@@ -56,7 +56,10 @@ void PrintTo(const Case& c, std::ostream* os) { *os << c.folder << " on " << c.b
 std::vector<Case> cases() {
     std::vector<std::string> folders;
     for (const auto& entry : fs::directory_iterator(source_dir() / "tests/data/hf")) {
-        if (fs::exists(entry.path() / "reference.json")) folders.push_back(entry.path().filename().string());
+        // Folders of another kind of reference (smolvlm-tiny's cases with images: smolvlm_test.cpp) have no "tokens".
+        if (!fs::exists(entry.path() / "reference.json")) continue;
+        std::ifstream in(entry.path() / "reference.json");
+        if (nlohmann::json::parse(in).contains("tokens")) folders.push_back(entry.path().filename().string());
     }
     std::sort(folders.begin(), folders.end());
     std::vector<Case> out;
