@@ -33,6 +33,7 @@ static struct {
     const char* host;
     const char* manifest;
     const char* model;
+    const char* image;  /* the images case's PNG */
 } cfg;
 
 /* ---- Checks ---------------------------------------------------------------------------------------------- */
@@ -200,7 +201,7 @@ typedef struct {
 
 /* cellm-host run --json, greedy: the reference for one prompt, as a chat message or as raw text. */
 static void host_run(const char* manifest, const char* model, const char* prompt, int chat, int32_t max_tokens,
-                     host_reply* reply) {
+                     host_reply* reply, const char* image) {
     char max[16];
     snprintf(max, sizeof max, "%d", (int)max_tokens);
     char* argv[16];
@@ -221,6 +222,10 @@ static void host_run(const char* manifest, const char* model, const char* prompt
     argv[n++] = "--max-tokens";
     argv[n++] = max;
     argv[n++] = "--json";
+    if (image != NULL) {
+        argv[n++] = "--image";
+        argv[n++] = (char*)image;
+    }
     argv[n] = NULL;
     char* json = run_capture(argv);
     REQUIRE(json_ids(json, "tokens", &reply->tokens), "no \"tokens\" array in cellm-host's output: %s", json);
@@ -357,7 +362,7 @@ static void compare_with_host(cellm_engine* engine, const char* manifest, const 
                               prompt_form form, int32_t max_tokens) {
     static const char* const form_names[] = {"submit_text", "submit_chat", "submit_tokens"};
     host_reply want;
-    host_run(manifest, model, prompt, form == FORM_CHAT, max_tokens, &want);
+    host_run(manifest, model, prompt, form == FORM_CHAT, max_tokens, &want, NULL);
     token_list got;
     cellm_finish_reason reason;
     sdk_run(engine, prompt, form, max_tokens, &got, &reason);
@@ -905,7 +910,7 @@ static void* run_worker(void* arg) {
 static void case_concurrent(void) {
     enum { N = sizeof raw_prompts / sizeof raw_prompts[0] };
     host_reply alone[N];
-    for (int i = 0; i < N; ++i) host_run(cfg.manifest, NULL, raw_prompts[i], 0, 32, &alone[i]);
+    for (int i = 0; i < N; ++i) host_run(cfg.manifest, NULL, raw_prompts[i], 0, 32, &alone[i], NULL);
 
     cellm_engine* engine = open_engine(cfg.manifest, NULL);
     pthread_barrier_t start;
@@ -966,7 +971,7 @@ static void expect_cancelled(cellm_engine* engine, cellm_session* session, colle
 
 static void case_cancel(void) {
     host_reply reference;
-    host_run(cfg.manifest, NULL, long_prompt, 0, 24, &reference);
+    host_run(cfg.manifest, NULL, long_prompt, 0, 24, &reference, NULL);
     cellm_engine* engine = open_long_engine();
 
     /* From the session's own callback, at the second piece of text. */
@@ -1168,6 +1173,63 @@ static void case_closed(void) {
     collector_free(&c);
 }
 
+/* A whole file, malloc'd. */
+static unsigned char* read_file(const char* path, size_t* size) {
+    FILE* f = fopen(path, "rb");
+    REQUIRE(f != NULL, "cannot open %s", path);
+    unsigned char* data = malloc(1 << 20);
+    REQUIRE(data != NULL, "out of memory");
+    *size = fread(data, 1, 1 << 20, f);
+    fclose(f);
+    REQUIRE(*size > 0 && *size < (1 << 20), "%s: %zu bytes", path, *size);
+    return data;
+}
+
+/* A prompt with an image (SmolVLM's tiny test folder as --model, a PNG as --image): the SDK's greedy tokens equal
+ * cellm-host run --image's, a second turn with the same image answers the same, and bad images and markers are
+ * refused with CELLM_E_PROMPT. */
+static void case_images(void) {
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.manifest_path = cfg.manifest;
+    options.model_path = cfg.model;
+    cellm_engine* engine = NULL;
+    OK(cellm_engine_open(&options, &engine));
+    REQUIRE(engine_info(engine).model_takes_images == 1, "the SmolVLM folder takes no images");
+
+    size_t size = 0;
+    unsigned char* png = read_file(cfg.image, &size);
+    const cellm_image image = {png, size};
+    const char* prompt = "<image>What is in this picture?";
+    host_reply want;
+    host_run(cfg.manifest, cfg.model, prompt, 0, 8, &want, cfg.image);
+    const cellm_session_options greedy = greedy_options(engine, 8);
+    for (int turn = 0; turn < 2; ++turn) {
+        cellm_session* session = new_session(engine, &greedy);
+        OK(cellm_session_submit_text_images(session, prompt, &image, 1));
+        poll_until_done(session);
+        token_list got;
+        session_tokens(session, &got);
+        SAME_TOKENS(&got, &want.tokens, "submit_text_images against cellm-host run --image");
+        cellm_session_destroy(session);
+    }
+
+    cellm_session* session = new_session(engine, &greedy);
+    const cellm_image garbage = {"not an image", 12};
+    EXPECT_ERROR(cellm_session_submit_text_images(session, prompt, &garbage, 1), CELLM_E_PROMPT, "image 1");
+    EXPECT_ERROR(cellm_session_submit_text_images(session, "<image><image>two?", &image, 1), CELLM_E_PROMPT,
+                  "2 <image> markers for 1 images");
+    EXPECT_ERROR(cellm_session_submit_text_images(session, prompt, NULL, 0), CELLM_E_PROMPT, "no images");
+    const cellm_image empty = {NULL, 0};
+    EXPECT_ERROR(cellm_session_submit_text_images(session, prompt, &empty, 1), CELLM_E_INVALID_ARGUMENT, "no data");
+    /* The session still serves a good prompt after the refusals. */
+    OK(cellm_session_submit_text_images(session, prompt, &image, 1));
+    poll_until_done(session);
+    cellm_session_destroy(session);
+    free(png);
+    cellm_engine_close(engine);
+}
+
 /* ---- Driver ---------------------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1178,7 +1240,7 @@ static const struct {
     {"basics", case_basics, 1},           {"errors", case_errors, 1},       {"greedy_text", case_greedy_text, 1},
     {"greedy_chat", case_greedy_chat, 1}, {"streaming", case_streaming, 1}, {"concurrent", case_concurrent, 1},
     {"cancel", case_cancel, 1},           {"fork", case_fork, 1},           {"closed", case_closed, 1},
-    {"real_model", case_real_model, 0},
+    {"real_model", case_real_model, 0},   {"images", case_images, 1},
 };
 
 int main(int argc, char** argv) {
@@ -1186,6 +1248,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--host") == 0) cfg.host = argv[i + 1];
         if (strcmp(argv[i], "--manifest") == 0) cfg.manifest = argv[i + 1];
         if (strcmp(argv[i], "--model") == 0) cfg.model = argv[i + 1];
+        if (strcmp(argv[i], "--image") == 0) cfg.image = argv[i + 1];
     }
     for (size_t i = 0; argc >= 2 && i < sizeof cases / sizeof cases[0]; ++i) {
         if (strcmp(argv[1], cases[i].name) != 0) continue;
