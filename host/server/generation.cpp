@@ -30,6 +30,19 @@ double seconds(std::chrono::steady_clock::duration d) {
     return std::chrono::duration<double>(d).count();
 }
 
+// Images for a model without a vision encoder: the request's fault (400), found before a session is made.
+void check_takes_images(cellm_engine* engine, const CompletionRequest& request) {
+    if (request.images.empty()) return;
+    cellm_engine_info info{};
+    info.struct_size = sizeof info;
+    expect(cellm_engine_get_info(engine, &info));
+    if (!info.model_takes_images) {
+        const std::string model = info.model_name ? info.model_name : "it";
+        throw ApiError(400, "the model takes no images: " + model + " has no vision encoder", "unsupported_value",
+                       request.images_param);
+    }
+}
+
 }  // namespace
 
 InFlight::Ticket InFlight::enter() {
@@ -53,6 +66,7 @@ void InFlight::drain(std::chrono::milliseconds grace) {
 Generation::Generation(cellm_engine* engine, const CompletionRequest& request, const std::string& name,
                        InFlight::Ticket ticket, Metrics& metrics)
     : ticket_(std::move(ticket)), metrics_(metrics) {
+    check_takes_images(engine, request);
     cellm_session_options options{};
     options.struct_size = sizeof options;
     expect(cellm_session_options_init(engine, &options));
@@ -68,7 +82,15 @@ Generation::Generation(cellm_engine* engine, const CompletionRequest& request, c
     if (request.endpoint == Endpoint::chat) {
         std::vector<cellm_message> messages;
         for (const ChatMessage& m : request.messages) messages.push_back({m.role.c_str(), m.content.c_str()});
-        submitted = cellm_session_submit_chat(session, messages.data(), messages.size());
+        if (request.images.empty()) {
+            submitted = cellm_session_submit_chat(session, messages.data(), messages.size());
+        } else {
+            std::vector<cellm_image> images;
+            for (const std::vector<uint8_t>& bytes : request.images) images.push_back({bytes.data(), bytes.size()});
+            // An image that does not decode is CELLM_E_PROMPT, its message naming the image: 400 below.
+            submitted = cellm_session_submit_chat_images(session, messages.data(), messages.size(), images.data(),
+                                                         images.size());
+        }
     } else {
         submitted = cellm_session_submit_text(session, request.prompt.c_str());
     }

@@ -54,8 +54,9 @@ public:
     // How long one poll waits for an event: the delay before a silent disconnect or a shutdown is noticed.
     static constexpr int32_t kPollMs = 100;
 
-    // Creates the session with the request's settings and submits its prompt. Throws ApiError: 400 for a
-    // prompt that can never run (code context_length_exceeded), 500 for an engine failure.
+    // Creates the session with the request's settings and submits its prompt, with its images if it has any.
+    // Throws ApiError: 400 for a prompt that can never run (code context_length_exceeded), for images when the
+    // model takes none and for an image the engine cannot decode, 500 for an engine failure.
     Generation(cellm_engine* engine, const CompletionRequest& request, const std::string& name,
                InFlight::Ticket ticket, Metrics& metrics);
     ~Generation();

@@ -1,10 +1,12 @@
 #include "openai_request.h"
 
 #include "api_error.h"
+#include "base64.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <limits>
 
@@ -111,31 +113,103 @@ void refuse_unsupported(const json& body) {
     }
 }
 
-// A message's content: a string, or an array of {"type": "text", "text": ...} parts joined by newlines.
-std::string message_content(const json& message, const std::string& path) {
+bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+    return text.size() >= prefix.size() &&
+           std::equal(prefix.begin(), prefix.end(), text.begin(),
+                      [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+}
+
+std::string lowercase(std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+}
+
+// The file an image part carries: {"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}, or
+// "image_url" as the URL string itself, as some clients send it; "detail" changes nothing here. Only data: URLs of
+// PNG or JPEG files in base64 (RFC 2397) are taken: cellm never fetches anything over the network.
+std::vector<uint8_t> image_part_bytes(const json& part, const std::string& part_param) {
+    std::string param = part_param + ".image_url";
+    const json* image_url = field(part, "image_url");
+    if (!image_url) invalid(param, param + " is required", "missing_required_parameter");
+    const json* url = image_url;
+    if (image_url->is_object()) {
+        param += ".url";
+        url = field(*image_url, "url");
+        if (!url) invalid(param, param + " is required", "missing_required_parameter");
+    }
+    if (!url->is_string()) wrong_type(param, "a string (a data:image/png;base64 or data:image/jpeg;base64 URL)");
+    const std::string_view text = url->get_ref<const std::string&>();
+
+    if (starts_with_nocase(text, "http://") || starts_with_nocase(text, "https://")) {
+        invalid(param, param + ": remote image URLs are not supported (cellm never fetches over the network); send the "
+                "image inline as data:image/png;base64,... or data:image/jpeg;base64,...", "unsupported_value");
+    }
+    const size_t comma = text.find(',');
+    if (!starts_with_nocase(text, "data:") || comma == std::string_view::npos) {
+        invalid(param, param + " must be a data URL: data:image/png;base64,... or data:image/jpeg;base64,...");
+    }
+    // data:MEDIATYPE[;PARAMETER...];base64,DATA
+    const std::string header = lowercase(text.substr(5, comma - 5));
+    const std::string media_type = header.substr(0, header.find(';'));
+    if (media_type != "image/png" && media_type != "image/jpeg" && media_type != "image/jpg") {
+        invalid(param, param + ": only PNG and JPEG images are supported (image/png, image/jpeg), not '" +
+                media_type + "'", "unsupported_value");
+    }
+    if (header.size() < 7 || header.compare(header.size() - 7, 7, ";base64") != 0) {
+        invalid(param, param + " must be base64-encoded: data:" + media_type + ";base64,...");
+    }
+
+    const std::string_view data = text.substr(comma + 1);
+    if (data.empty()) invalid(param, param + " holds no image data");
+    if (base64_decoded_size(data) > kMaxImageBytes) {
+        invalid(param, param + ": the image is larger than " + std::to_string(kMaxImageBytes >> 20) + " MiB");
+    }
+    try {
+        return decode_base64(data);
+    } catch (const Base64Error& e) {
+        invalid(param, param + " is not valid base64: " + e.what());
+    }
+}
+
+// A message's content: a string, or an array of parts. Text parts ({"type": "text", "text"}) that follow each
+// other are joined by a newline. An image part (image_url) becomes kImageMarker in its place, with nothing added
+// around it, as Hugging Face's chat templates for SmolVLM and Idefics3 write an image part; its file goes to
+// `images`. llama-server differs: its marker becomes a text part, joined like the others.
+std::string message_content(const json& message, const std::string& path, CompletionRequest& request) {
     const std::string param = path + ".content";
     const json* content = field(message, "content");
     if (content && content->is_string()) return content->get<std::string>();
-    if (!content || !content->is_array()) wrong_type(param, "a string or an array of text parts");
+    if (!content || !content->is_array()) wrong_type(param, "a string or an array of content parts");
     std::string text;
+    bool after_text = false;
     for (size_t i = 0; i < content->size(); ++i) {
         const json& part = (*content)[i];
         const std::string part_param = param + "[" + std::to_string(i) + "]";
         if (!part.is_object()) wrong_type(part_param, "an object");
         const json* type = field(part, "type");
+        if (type && *type == "image_url") {
+            if (request.images.empty()) request.images_param = part_param;
+            request.images.push_back(image_part_bytes(part, part_param));
+            text += kImageMarker;
+            after_text = false;
+            continue;
+        }
         if (!type || *type != "text") {
-            invalid(part_param + ".type", part_param + ".type must be \"text\": only text content is supported",
+            invalid(part_param + ".type",
+                    part_param + ".type must be \"text\" or \"image_url\": no other content is supported",
                     "unsupported_value");
         }
         const json* part_text = field(part, "text");
         if (!part_text || !part_text->is_string()) wrong_type(part_param + ".text", "a string");
-        if (i > 0) text += '\n';
+        if (after_text) text += '\n';
         text += part_text->get<std::string>();
+        after_text = true;
     }
     return text;
 }
 
-std::vector<ChatMessage> parse_messages(const json& body) {
+std::vector<ChatMessage> parse_messages(const json& body, CompletionRequest& request) {
     const json* messages = field(body, "messages");
     if (!messages) invalid("messages", "messages is required", "missing_required_parameter");
     if (!messages->is_array()) wrong_type("messages", "an array");
@@ -154,7 +228,7 @@ std::vector<ChatMessage> parse_messages(const json& body) {
             invalid(path + ".role", path + ".role must be system, user or assistant, not '" + name + "'",
                     "unsupported_value");
         }
-        out.push_back({std::move(name), message_content(message, path)});
+        out.push_back({std::move(name), message_content(message, path, request)});
     }
     return out;
 }
@@ -208,7 +282,7 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     CompletionRequest r;
     r.endpoint = endpoint;
     if (endpoint == Endpoint::chat) {
-        r.messages = parse_messages(root);
+        r.messages = parse_messages(root, r);
     } else {
         r.prompt = parse_prompt(root);
     }
