@@ -181,6 +181,12 @@ const Corruption corruptions[] = {
                             49152));
      }, CELLM_ERR_CORRUPT, "model.safetensors",
      "tensor 'model.layers.0.self_attn.q_proj.weight' shares bytes with 'model.layers.0.self_attn.k_proj.weight'"},
+    // BF16 tensors get a widened copy each, in the same area: aliased ones are refused too.
+    {"bf16_tensors_share_bytes", [](const fs::path& d) {
+         shard(d, raw_shard(R"({"lm_head.weight": {"dtype": "BF16", "shape": [2, 8], "data_offsets": [0, 32]},)"
+                            R"( "model.norm.weight": {"dtype": "BF16", "shape": [8], "data_offsets": [16, 32]}})",
+                            32));
+     }, CELLM_ERR_CORRUPT, "model.safetensors", "tensor 'model.norm.weight' shares bytes with 'lm_head.weight'"},
     {"tokenizer_bad_json", [](const fs::path& d) { write_bytes(d / "tokenizer.json", {'['}); }, CELLM_ERR_CORRUPT,
      "tokenizer.json", "not valid JSON"},
     {"tokenizer_number_overflow", [](const fs::path& d) {

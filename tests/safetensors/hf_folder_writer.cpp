@@ -131,7 +131,8 @@ void write_json(const fs::path& path, const json& value) {
     if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-void write_hf_folder(const fs::path& gguf_path, const fs::path& dir, const FolderOptions& options) {
+void write_hf_folder(const fs::path& gguf_path, const fs::path& dir, const FolderOptions& options,
+                     const std::function<void(StTensor&)>& transform) {
     fs::create_directories(dir);
     const auto gguf = ModelFile::open(registry(), gguf_path);
     const std::string arch = *gguf->get_string("general.architecture");
@@ -166,6 +167,7 @@ void write_hf_folder(const fs::path& gguf_path, const fs::path& dir, const Folde
         } else {
             st.data.assign(bytes, bytes + t->size);
         }
+        if (transform) transform(st);
         tensors.push_back(std::move(st));
     }
     for (const StTensor& t : tensors) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,9 @@ struct FolderOptions {
 };
 
 // Converts the GGUF model at `gguf` into a fresh folder `dir`: config.json, safetensors with Hugging Face names
-// and layout (Llama's Q/K rows un-permuted), and the tokenizer as tokenizer.json.
-void write_hf_folder(const std::filesystem::path& gguf, const std::filesystem::path& dir, const FolderOptions& options);
+// and layout (Llama's Q/K rows un-permuted), and the tokenizer as tokenizer.json. `transform`, when given, is
+// applied to every tensor before it is written (to store it in another dtype, say).
+void write_hf_folder(const std::filesystem::path& gguf, const std::filesystem::path& dir, const FolderOptions& options,
+                     const std::function<void(StTensor&)>& transform = {});
 
 }  // namespace cellm::testing

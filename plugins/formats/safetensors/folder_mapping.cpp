@@ -67,10 +67,6 @@ FolderMapping::FolderMapping(const std::vector<std::string>& paths, uint64_t own
         files_.push_back({base_ + at, sizes[i]});
         at += round_up(sizes[i], page_size());
     }
-    if (owned_capacity > 0 &&
-        ::mprotect(base_ + owned_begin_, reserved_ - owned_begin_, PROT_READ | PROT_WRITE) != 0) {
-        fail_errno(paths.empty() ? "model folder" : paths[0], "allocate rewritten tensors for");
-    }
 }
 
 FolderMapping::~FolderMapping() {
@@ -82,8 +78,31 @@ uint8_t* FolderMapping::allocate(uint64_t bytes) {
     if (bytes > reserved_ - owned_begin_ || at > reserved_ - owned_begin_ - bytes) {
         throw plugin::Failure(CELLM_ERR_INTERNAL, "rewritten tensors exceed their reserved area");
     }
+    const uint64_t commit = round_up(at + bytes, page_size());
+    if (commit > owned_committed_) {
+        // The reserve is an upper bound, so its pages become writable (and count against the system's commit
+        // limit) only as they are handed out.
+        uint8_t* from = base_ + owned_begin_ + owned_committed_;
+        if (::mprotect(from, commit - owned_committed_, PROT_READ | PROT_WRITE) != 0) {
+            const int err = errno;
+            throw plugin::Failure(CELLM_ERR_OUT_OF_MEMORY, "cannot commit " + std::to_string(commit) +
+                                                               " bytes for tensors rewritten on load: " +
+                                                               std::strerror(err));
+        }
+        owned_committed_ = commit;
+    }
     owned_used_ = at + bytes;
     return base_ + owned_begin_ + at;
+}
+
+void FolderMapping::release(const uint8_t* data, uint64_t bytes) {
+    if (data < base_ || data >= base_ + owned_begin_) return;  // not shard data
+    const auto at = static_cast<uint64_t>(data - base_);
+    if (bytes > owned_begin_ - at) return;
+    const uint64_t begin = round_up(at, page_size());
+    const uint64_t end = (at + bytes) / page_size() * page_size();
+    // Advice only: the shards are mapped private and read-only, so a dropped page is read from the file again.
+    if (begin < end) ::madvise(base_ + begin, end - begin, MADV_DONTNEED);
 }
 
 void FolderMapping::seal() {

@@ -1,6 +1,7 @@
-// Every shard of a model folder mapped read-only into ONE contiguous address range, followed by a small
-// plugin-owned area for tensors that must be rewritten (Llama's permuted Q/K rows). One range lets the host
-// hand the whole model to a host-memory backend without copying, as it does for a GGUF file.
+// Every shard of a model folder mapped read-only into ONE contiguous address range, followed by a plugin-owned
+// area for tensors that must be rewritten (Llama's permuted Q/K rows, Qwen3.5's norm gains, tensors widened to
+// F32). One range lets the host hand the whole model to a host-memory backend without copying, as it does for a
+// GGUF file.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,9 @@ namespace cellm::safetensors_plugin {
 
 class FolderMapping {
 public:
-    // Maps `paths` in order and reserves room for up to `owned_capacity` rewritten bytes. Throws
-    // plugin::Failure (NOT_FOUND for a missing file, IO otherwise) naming the file.
+    // Maps `paths` in order and reserves address space for up to `owned_capacity` rewritten bytes (an upper
+    // bound: memory is committed only as allocate() hands it out). Throws plugin::Failure (NOT_FOUND for a missing
+    // file, IO otherwise) naming the file.
     FolderMapping(const std::vector<std::string>& paths, uint64_t owned_capacity);
     ~FolderMapping();
     FolderMapping(const FolderMapping&) = delete;
@@ -24,8 +26,13 @@ public:
     };
     const File& file(size_t i) const { return files_[i]; }
 
-    // `bytes` of writable memory inside the range, 64-byte aligned; valid until seal().
+    // `bytes` of writable memory inside the range, 64-byte aligned; valid until seal(). Throws plugin::Failure:
+    // INTERNAL past the reserved capacity, OUT_OF_MEMORY when the system will not commit the pages.
     uint8_t* allocate(uint64_t bytes);
+    // Tells the system that the whole pages of shard data in [data, data + bytes) will not be read again (a
+    // tensor served from its rewritten copy), so they leave the process's resident memory; reading them later
+    // still works (they come back from the file).
+    void release(const uint8_t* data, uint64_t bytes);
     // Makes the owned area read-only and gives back the reserve it did not use.
     void seal();
 
@@ -37,6 +44,7 @@ private:
     uint64_t reserved_ = 0;
     uint64_t owned_begin_ = 0;
     uint64_t owned_used_ = 0;
+    uint64_t owned_committed_ = 0;  // writable bytes from owned_begin_, whole pages
     std::vector<File> files_;
 };
 

@@ -10,6 +10,7 @@
 #include "shard.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -70,24 +71,42 @@ std::optional<std::string> gguf_name(const std::string& hf, const std::string& f
 // Llama's GGUF files store Q and K with each head's rows interleaved (the first and second halves of a head
 // alternate) so that RoPE rotates adjacent pairs; Hugging Face keeps the halves apart. This is
 // convert_hf_to_gguf.py's permute: reshape(n_head, 2, rows/n_head/2, cols).swapaxes(1, 2), on whole rows,
-// so the bytes are exactly those of a converted GGUF file.
-void permute_rows(const ShardTensor& t, uint32_t n_head, uint8_t* out, const std::string& file) {
+// so the bytes are exactly those of a converted GGUF file. With `widen`, each row is widened to F32 on the way.
+void permute_rows(const ShardTensor& t, uint32_t n_head, bool widen, uint8_t* out, const std::string& file) {
     const auto rows = static_cast<uint64_t>(t.shape[0]);
     if (rows % (2 * uint64_t{n_head}) != 0) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": tensor '" + t.name + "' has " + std::to_string(rows) +
                                                      " rows, not a multiple of 2 x " + std::to_string(n_head) + " heads");
     }
     const uint64_t row_bytes = t.size / rows;
+    const uint64_t row_elements = row_bytes / static_cast<uint64_t>(cellm_dtype_type_size(t.type));
+    const uint64_t out_row_bytes = widen ? row_elements * sizeof(float) : row_bytes;
     const uint64_t half = rows / n_head / 2;
     for (uint64_t h = 0; h < n_head; ++h) {
         for (uint64_t i = 0; i < half; ++i) {
             for (uint64_t j = 0; j < 2; ++j) {
                 const uint64_t from = h * 2 * half + j * half + i;
                 const uint64_t to = h * 2 * half + i * 2 + j;
-                std::memcpy(out + to * row_bytes, t.data + from * row_bytes, row_bytes);
+                if (widen) {
+                    widen_to_f32(t.type, t.data + from * row_bytes, row_elements, out + to * out_row_bytes);
+                } else {
+                    std::memcpy(out + to * out_row_bytes, t.data + from * row_bytes, row_bytes);
+                }
             }
         }
     }
+}
+
+// Whether the tensor `t`, named `gguf` in the view, reaches the archs widened to F32 (exactly). Every BF16 tensor
+// is: BF16 weights would make the backends round each matrix product's activations to bf16's 8 significant bits
+// (MATMUL's definition, after llama.cpp), far from what the checkpoint computes in transformers. F16 matrices stay
+// F16, half the memory, computed as llama.cpp computes an F16 GGUF file; only the F16 tensors the archs read as F32
+// alone are widened, the set convert_hf_to_gguf.py always stores in F32: one-dimensional tensors (norm gains,
+// biases, Qwen3.5's A_log and dt_bias), the DeltaNet's convolution and the vision position embeddings.
+bool widened(const ShardTensor& t, const std::string& gguf) {
+    if (t.type == CELLM_TYPE_BF16) return true;
+    return t.type == CELLM_TYPE_F16 && (t.shape.size() == 1 || gguf.ends_with(".ssm_conv1d.weight") ||
+                                         gguf == "v.position_embd.weight");
 }
 
 // Offsets in the folder's mapping of the tensors rewritten so far: begin -> (end, Hugging Face name).
@@ -106,10 +125,22 @@ void claim_bytes(ByteRanges& claimed, uint64_t begin, const ShardTensor& t, cons
     if (clash != claimed.end()) {
         throw plugin::Failure(CELLM_ERR_CORRUPT, file + ": tensor '" + t.name + "' shares bytes with '" +
                                                      clash->second.second +
-                                                     "' (their data_offsets overlap); Llama's Q and K are rewritten "
-                                                     "and need data of their own");
+                                                     "' (their data_offsets overlap); tensors rewritten or widened on "
+                                                     "load need data of their own");
     }
     claimed.emplace(begin, std::make_pair(end, t.name));
+}
+
+// "512 bytes", "216.0 KiB", "1.5 GiB": for the log.
+std::string byte_size(uint64_t bytes) {
+    constexpr const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (bytes < 1024) return std::to_string(bytes) + " bytes";
+    double value = static_cast<double>(bytes) / 1024;
+    size_t unit = 0;
+    for (; value >= 1024 && unit + 1 < std::size(units); ++unit) value /= 1024;
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+    return text;
 }
 
 // A shard name from the index must stay inside the folder.
@@ -187,18 +218,23 @@ HfFolder::HfFolder(const fs::path& folder) {
         }
         total += size;
     }
-    // Only Llama's Q/K and Qwen3.5's norm gains and A_log (qwen35.h) are rewritten. claim_bytes keeps their sources
-    // disjoint, so the copies fit in the shards' size: the sources lie in the data areas, and each tensor's header
-    // entry (over 64 bytes for these names) outweighs the 63 bytes at most that aligning its copy adds.
+    // Rewritten tensors get copies in the mapping's owned area: Llama's Q/K, Qwen3.5's norm gains and A_log
+    // (qwen35.h), and every tensor widened to F32 (widened()). claim_bytes keeps their sources disjoint, and the
+    // sources lie in the shards' data areas. A copy takes at most twice its source (2-byte elements widened to 4)
+    // plus 63 bytes of alignment, which twice its header entry outweighs (over 40 bytes even for a one-letter
+    // name), so all copies fit in twice the shards' size. The dtypes are only known once the headers are read,
+    // so every folder reserves that bound; it is address space only, committed as copies are made (FolderMapping).
     const bool permute = config.arch == "llama" || config.arch == "idefics3";
     const bool qwen35 = config.arch == "qwen35";
     const uint64_t rope_freqs_bytes = config.rope_freqs.size() * sizeof(float);
-    mapping_ = std::make_unique<FolderMapping>(
-        paths, (permute || qwen35 ? total : 0) + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
+    mapping_ = std::make_unique<FolderMapping>(paths, 2 * total + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
     uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
     ByteRanges rewritten;
+    struct Widened {
+        uint64_t tensors = 0, stored = 0, served = 0;
+    } widened_bf16, widened_f16;
     for (size_t s = 0; s < shards.size(); ++s) {
         const FolderMapping::File& f = mapping_->file(s);
         for (const ShardTensor& t : read_shard(paths[s], f.data, f.size)) {
@@ -229,21 +265,43 @@ HfFolder::HfFolder(const fs::path& folder) {
             info.struct_size = sizeof(info);
             const std::string& kept = names_.emplace_back(*name);
             info.name = {kept.data(), kept.size()};
-            info.type = t.type;
+            const bool widen = widened(t, *name);
+            const uint64_t elements = t.size / static_cast<uint64_t>(cellm_dtype_type_size(t.type));
+            info.type = widen ? CELLM_TYPE_F32 : t.type;
             info.n_dims = static_cast<uint32_t>(t.shape.size());
             for (uint32_t d = 0; d < CELLM_MAX_DIMS; ++d) {
                 info.ne[d] = d < info.n_dims ? t.shape[info.n_dims - 1 - d] : 1;  // GGUF lists the innermost first
             }
-            info.size = t.size;
+            info.size = widen ? elements * sizeof(float) : t.size;
             info.data = t.data;
             const bool is_q = name->ends_with("attn_q.weight") || name->ends_with("attn_q.bias");
             const bool is_k = name->ends_with("attn_k.weight") || name->ends_with("attn_k.bias");
             // Only the (Llama) text model's Q/K rotate; a vision encoder's (v.*) do not.
-            if (permute && (is_q || is_k) && !name->starts_with("v.")) {
+            const bool permuted = permute && (is_q || is_k) && !name->starts_with("v.");
+            const bool rewritten_qwen35 = qwen35 && qwen35_rewrites(*name);
+            if (permuted || rewritten_qwen35 || widen) {
                 claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);
-                uint8_t* rows = mapping_->allocate(t.size);
-                permute_rows(t, is_q ? config.n_head : config.n_head_kv, rows, paths[s]);
-                info.data = rows;
+                uint8_t* copy = mapping_->allocate(info.size);
+                if (permuted) {
+                    permute_rows(t, is_q ? config.n_head : config.n_head_kv, widen, copy, paths[s]);
+                } else if (rewritten_qwen35 && widen) {
+                    // qwen35_rewrite reads F32: it gets the widened values (small vectors: gains, A_log).
+                    std::vector<uint8_t> values(info.size);
+                    widen_to_f32(t.type, t.data, elements, values.data());
+                    qwen35_rewrite(*name, {t.name, CELLM_TYPE_F32, t.shape, values.data(), info.size}, copy, paths[s]);
+                } else if (rewritten_qwen35) {
+                    qwen35_rewrite(*name, t, copy, paths[s]);
+                } else {
+                    widen_to_f32(t.type, t.data, elements, copy);
+                }
+                info.data = copy;
+                if (widen) {
+                    Widened& w = t.type == CELLM_TYPE_BF16 ? widened_bf16 : widened_f16;
+                    ++w.tensors;
+                    w.stored += t.size;
+                    w.served += info.size;
+                    mapping_->release(t.data, t.size);  // served from the copy from now on
+                }
             }
             if (qwen35 && name->ends_with("ssm_conv1d.weight") && info.n_dims == 3 && info.ne[1] == 1) {
                 // PyTorch's [channels, 1, kernel] is GGUF's [kernel, channels]: the same bytes, one dim fewer.
@@ -257,12 +315,6 @@ HfFolder::HfFolder(const fs::path& folder) {
                 info.ne[0] *= info.ne[1] * info.ne[2];
                 info.ne[1] = info.ne[3];
                 info.ne[2] = info.ne[3] = 1;
-            }
-            if (qwen35 && qwen35_rewrites(*name)) {
-                claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);
-                uint8_t* values = mapping_->allocate(t.size);
-                qwen35_rewrite(*name, t, values, paths[s]);
-                info.data = values;
             }
             tensors_.push_back(info);
         }
@@ -291,6 +343,20 @@ HfFolder::HfFolder(const fs::path& folder) {
     }
     mapping_->seal();
     if (permute) meta_.add_string("cellm.rope.layout", "adjacent");
+    if (widened_bf16.tensors + widened_f16.tensors > 0) {
+        std::string counts;
+        for (const auto& [w, type] : {std::pair{widened_bf16, "BF16"}, std::pair{widened_f16, "F16"}}) {
+            if (w.tensors > 0) counts += (counts.empty() ? "" : " and ") + std::to_string(w.tensors) + " " + type;
+        }
+        const uint64_t stored = widened_bf16.stored + widened_f16.stored;
+        const uint64_t served = widened_bf16.served + widened_f16.served;
+        plugin::log(CELLM_LOG_INFO, "safetensors",
+                    folder.string() + ": widened " + counts +
+                        (widened_bf16.tensors + widened_f16.tensors == 1 ? " tensor" : " tensors") +
+                        " to F32 on load: " + byte_size(stored) +
+                        " in the shards take " + byte_size(served) + " of memory (" + std::to_string(stored) + " -> " +
+                        std::to_string(served) + " bytes)");
+    }
 
     view_.struct_size = sizeof(view_);
     view_.n_meta = meta_.entries().size();

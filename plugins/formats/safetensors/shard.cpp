@@ -24,6 +24,29 @@ cellm_dtype parse_dtype(const std::string& dtype, const std::string& where) {
     throw plugin::Failure(CELLM_ERR_UNSUPPORTED, where + " has dtype '" + dtype + "' (supported: F32, F16, BF16)");
 }
 
+uint32_t bf16_bits_to_f32(uint16_t h) { return uint32_t{h} << 16; }
+
+uint32_t f16_bits_to_f32(uint16_t h) {
+    const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+    const uint32_t exponent = (h >> 10) & 0x1fu;
+    const uint32_t mantissa = h & 0x3ffu;
+    if (exponent == 0x1f) return sign | 0x7f800000u | (mantissa << 13);  // infinity, or NaN keeping its payload
+    if (exponent != 0) return sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+    // Zero or subnormal, mantissa x 2^-24: an exact product, as F32 has the range and bits for it.
+    const float value = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign | std::bit_cast<uint32_t>(value);
+}
+
+template <uint32_t (*to_f32)(uint16_t)>
+void widen(const uint8_t* src, uint64_t n, uint8_t* dst) {
+    for (uint64_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, sizeof h);
+        const uint32_t f = to_f32(h);
+        std::memcpy(dst + 4 * i, &f, sizeof f);
+    }
+}
+
 uint64_t as_u64(const json& v, const std::string& what) {
     if (!v.is_number_unsigned()) throw plugin::Failure(CELLM_ERR_CORRUPT, what + " is not a non-negative integer");
     return v.get<uint64_t>();
@@ -118,6 +141,15 @@ std::vector<ShardTensor> read_shard(const std::string& file, const uint8_t* data
         fail(std::string("malformed header: ") + e.what());
     }
     return tensors;
+}
+
+void widen_to_f32(cellm_dtype type, const uint8_t* src, uint64_t n, uint8_t* dst) {
+    switch (type) {
+    case CELLM_TYPE_BF16: return widen<bf16_bits_to_f32>(src, n, dst);
+    case CELLM_TYPE_F16: return widen<f16_bits_to_f32>(src, n, dst);
+    default:
+        throw plugin::Failure(CELLM_ERR_INTERNAL, "widen_to_f32: type " + std::to_string(type) + " is not BF16/F16");
+    }
 }
 
 }  // namespace cellm::safetensors_plugin

@@ -23,4 +23,9 @@ struct ShardTensor {
 // for a dtype cellm does not run) with a message that starts with `file`.
 std::vector<ShardTensor> read_shard(const std::string& file, const uint8_t* data, uint64_t size);
 
+// Writes the `n` elements at `src`, of type BF16 or F16, to `dst` as F32 (n * 4 bytes; neither pointer need be
+// aligned). Exact: every BF16 value is the F32 value with the same top 16 bits, every F16 value (subnormals,
+// infinities and NaN payloads included) is an F32 value.
+void widen_to_f32(cellm_dtype type, const uint8_t* src, uint64_t n, uint8_t* dst);
+
 }  // namespace cellm::safetensors_plugin
