@@ -208,7 +208,7 @@ bool is_power_of_two_up_to_256(int64_t v) { return v >= 1 && v <= 256 && (v & (v
 
 void read_model(const Section& root, const fs::path& base, ModelConfig& model) {
     const Section section = root.section("model");
-    section.reject_unknown({"path", "format", "arch"});
+    section.reject_unknown({"path", "format", "arch", "mmproj"});
     std::string path;
     const toml::node* path_node = section.string("path", path);
     if (path_node == nullptr)
@@ -216,6 +216,10 @@ void read_model(const Section& root, const fs::path& base, ModelConfig& model) {
     model.path = resolve_path(section, "path", *path_node, path, base);
     section.string("format", model.format);
     section.string("arch", model.arch);
+    std::string mmproj;
+    if (const toml::node* mmproj_node = section.string("mmproj", mmproj)) {
+        model.mmproj = resolve_path(section, "mmproj", *mmproj_node, mmproj, base);
+    }
 }
 
 void read_backend(const Section& root, BackendConfig& backend) {

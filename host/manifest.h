@@ -19,6 +19,7 @@ struct ModelConfig {
     std::filesystem::path path;  // absolute: ~ and ${VAR} expanded, relative paths taken from the manifest's folder
     std::string format;          // empty: detect from the file's magic
     std::string arch;            // empty: from the file's general.architecture
+    std::filesystem::path mmproj;  // llama.cpp's mmproj file beside a text GGUF (resolved like path); empty: none
 };
 
 struct BackendConfig {

@@ -23,7 +23,8 @@ cellm_dtype kv_type(const std::string& name) {
 
 Runtime::Runtime(const Manifest& manifest, int32_t max_sequences) : manifest_(manifest) {
     registry_.discover(manifest.plugin_paths);
-    model_ = Model::load(registry_, manifest.model.path, manifest.model.format, manifest.model.arch);
+    model_ = Model::load(registry_, manifest.model.path, manifest.model.format, manifest.model.arch,
+                         manifest.model.mmproj);
     const Plugin* backend = registry_.find(CELLM_PLUGIN_BACKEND, manifest.backend.name);
     if (backend == nullptr) {
         throw Error("unknown backend '" + manifest.backend.name + "' (backend plugins: " +

@@ -7,6 +7,7 @@ namespace cellm::cli {
 void ManifestOverrides::add_to(CLI::App& app) {
     app.add_option("--manifest", manifest, "TOML manifest that wires model, backend and sampling")->required();
     app.add_option("--model", model, "Model file (overrides [model].path)");
+    app.add_option("--mmproj", mmproj, "llama.cpp mmproj file of the model's vision tower (overrides [model].mmproj)");
     app.add_option("--backend", backend, "Backend plugin name (overrides [backend].name)");
     app.add_option("--threads", threads, "Backend threads (overrides [backend].threads)")->check(CLI::PositiveNumber);
     app.add_option("--max-tokens", max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
@@ -19,9 +20,11 @@ Manifest ManifestOverrides::load() const {
     Manifest m = load_manifest(manifest);
     if (model) {
         m.model.path = *model;
-        m.model.format.clear();  // the manifest's format and arch described its own model
+        m.model.format.clear();  // the manifest's format, arch and mmproj described its own model
         m.model.arch.clear();
+        m.model.mmproj.clear();
     }
+    if (mmproj) m.model.mmproj = *mmproj;
     if (backend) m.backend.name = *backend;
     if (threads) m.backend.threads = *threads;
     if (max_tokens) m.generation.max_tokens = *max_tokens;

@@ -14,6 +14,7 @@ namespace cellm::cli {
 struct ManifestOverrides {
     std::string manifest;
     std::optional<std::string> model;
+    std::optional<std::string> mmproj;
     std::optional<std::string> backend;
     std::optional<int32_t> threads;
     std::optional<int32_t> max_tokens;

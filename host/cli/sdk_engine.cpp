@@ -13,6 +13,7 @@ EnginePtr open_engine(const ManifestOverrides& flags, int32_t max_sessions) {
     cellm_engine_options_init(&options);
     options.manifest_path = flags.manifest.c_str();
     if (flags.model) options.model_path = flags.model->c_str();
+    if (flags.mmproj) options.mmproj_path = flags.mmproj->c_str();
     if (flags.backend) options.backend = flags.backend->c_str();
     if (flags.threads) options.threads = *flags.threads;
     if (flags.context) options.context_length = *flags.context;

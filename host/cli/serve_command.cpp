@@ -21,7 +21,7 @@ namespace {
 
 struct ServeOptions {
     std::string manifest;
-    std::optional<std::string> model, backend;
+    std::optional<std::string> model, mmproj, backend;
     int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
     server::ServerConfig server;
     std::string model_alias;
@@ -32,6 +32,7 @@ EnginePtr open_engine(const ServeOptions& o) {
     cellm_engine_options_init(&options);
     options.manifest_path = o.manifest.c_str();
     if (o.model) options.model_path = o.model->c_str();
+    if (o.mmproj) options.mmproj_path = o.mmproj->c_str();
     if (o.backend) options.backend = o.backend->c_str();
     options.threads = o.threads;
     options.context_length = o.context;
@@ -65,6 +66,7 @@ Command add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     app.add_option("--manifest", o->manifest, "TOML manifest that wires model, backend and sampling")->required();
     app.add_option("--model", o->model, "Model file (overrides [model].path)");
+    app.add_option("--mmproj", o->mmproj, "llama.cpp mmproj file of the model's vision tower (overrides [model].mmproj)");
     app.add_option("--backend", o->backend, "Backend plugin name (overrides [backend].name)");
     app.add_option("--threads", o->threads, "Backend threads (overrides [backend].threads)")
         ->check(CLI::PositiveNumber);

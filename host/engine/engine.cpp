@@ -35,7 +35,8 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
         n_blocks = blocks_per_sequence * options.max_sequences;
     }
     if (n_blocks * options.block_size > max_slots) throw Error("the KV cache would hold more than 2^28 token slots");
-    weights_ = std::make_unique<WeightStore>(backend, model.file().view());
+    const std::vector<MappedRegion> regions = model.file().regions();
+    weights_ = std::make_unique<WeightStore>(backend, model.file().view(), regions);
     kv_ = std::make_unique<KvCache>(backend, model.layers(), static_cast<int32_t>(n_blocks), options.block_size,
                                     options.kv_type);
     states_ = std::make_unique<StatePool>(backend, model.layers(), options.max_sequences);

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include "error.h"
+#include "model/mmproj.h"
 #include "plugin/host_api.h"
 
 #include <cstddef>
@@ -8,12 +9,18 @@
 namespace cellm {
 
 std::unique_ptr<Model> Model::load(const PluginRegistry& registry, const std::filesystem::path& path,
-                                   std::string_view format, std::string_view arch) {
+                                   std::string_view format, std::string_view arch, const std::filesystem::path& mmproj) {
     std::unique_ptr<Model> model(new Model());
     model->file_ = ModelFile::open(registry, path, format);
-    const std::string where = "model '" + path.string() + "'";
+    const std::string where =
+        "model '" + path.string() + "'" + (mmproj.empty() ? "" : " with mmproj '" + mmproj.string() + "'");
 
     model->architecture_ = model->file_->get_string("general.architecture").value_or("");
+    if (!mmproj.empty()) {
+        WithMmproj combined = attach_mmproj(registry, std::move(model->file_), mmproj);
+        model->file_ = std::move(combined.file);
+        model->architecture_ = std::move(combined.architecture);
+    }
     if (!arch.empty()) {
         model->arch_plugin_ = registry.find(CELLM_PLUGIN_ARCH, arch);
         if (model->arch_plugin_ == nullptr) {
@@ -33,6 +40,9 @@ std::unique_ptr<Model> Model::load(const PluginRegistry& registry, const std::fi
     check(iface->get_info(model->arch_model_, &model->info_), where);
     model->read_layers(where);
     model->read_vision(where);
+    if (!mmproj.empty() && !model->vision_) {
+        throw Error(where + ": arch '" + model->arch_plugin_->name() + "' takes no images, so it cannot use the mmproj");
+    }
     model->tokenizer_ = Tokenizer::from_model(model->file_->view());
     if (model->tokenizer_->n_vocab() > model->info_.n_vocab) {
         throw Error(where + ": the tokenizer has " + std::to_string(model->tokenizer_->n_vocab()) +

@@ -17,9 +17,12 @@ namespace cellm {
 
 class Model {
 public:
-    // `format` and `arch` may be empty: then the file's magic and its general.architecture decide.
+    // `format` and `arch` may be empty: then the file's magic and its general.architecture decide. `mmproj`, when
+    // not empty, is llama.cpp's mmproj file of the model's vision tower (model/mmproj.h): the arch then reads both
+    // files as one, and by default is the one its projector type needs.
     static std::unique_ptr<Model> load(const PluginRegistry& registry, const std::filesystem::path& path,
-                                       std::string_view format = {}, std::string_view arch = {});
+                                       std::string_view format = {}, std::string_view arch = {},
+                                       const std::filesystem::path& mmproj = {});
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
@@ -33,6 +36,7 @@ public:
     // The vision encoder's geometry (ABI 1.3's get_vision_info), when the model takes images.
     const std::optional<cellm_arch_vision_info>& vision() const { return vision_; }
     const Tokenizer& tokenizer() const { return *tokenizer_; }
+    // The architecture the arch was chosen for: general.architecture, or an mmproj's ("idefics3").
     const std::string& architecture() const { return architecture_; }
 
 private:

@@ -131,6 +131,32 @@ void ModelFile::validate(const cellm_model_view& view, const std::string& where)
     }
 }
 
+std::unique_ptr<ModelFile> ModelFile::compose(std::vector<std::unique_ptr<ModelFile>> parts, Tables tables) {
+    if (parts.empty()) throw Error("a composed model view needs at least one file");
+    std::unique_ptr<ModelFile> model(new ModelFile());
+    model->format_ = parts.front()->format_;
+    model->path_ = parts.front()->path_;
+    for (const auto& part : parts) model->file_size_ += part->file_size_;
+    model->parts_ = std::move(parts);
+    model->tables_ = std::move(tables);
+    model->view_.struct_size = sizeof(cellm_model_view);
+    model->view_.n_meta = model->tables_.meta.size();
+    model->view_.meta = model->tables_.meta.data();
+    model->view_.n_tensors = model->tables_.tensors.size();
+    model->view_.tensors = model->tables_.tensors.data();
+    model->view_.tensor_stride = sizeof(cellm_tensor_info);
+    return model;
+}
+
+std::vector<MappedRegion> ModelFile::regions() const {
+    std::vector<MappedRegion> out;
+    if (view_.mapping != nullptr) out.push_back({view_.mapping, view_.mapping_size});
+    for (const auto& part : parts_) {
+        for (const MappedRegion& r : part->regions()) out.push_back(r);
+    }
+    return out;
+}
+
 ModelFile::~ModelFile() {
     if (file_ != nullptr) format_->format()->close(file_);
 }

@@ -10,8 +10,15 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cellm {
+
+// Memory a format plugin mapped from a file, holding tensor data that a backend may use in place.
+struct MappedRegion {
+    const void* data;
+    uint64_t size;
+};
 
 class ModelFile {
 public:
@@ -19,6 +26,17 @@ public:
     // file's first bytes highest. Throws cellm::Error naming the file on every failure.
     static std::unique_ptr<ModelFile> open(const PluginRegistry& registry, const std::filesystem::path& path,
                                            std::string_view format = {});
+
+    // The tables of a view the host composes; their keys, strings and tensor data point into the parts' views
+    // (or static storage).
+    struct Tables {
+        std::vector<cellm_meta_kv> meta;
+        std::vector<cellm_tensor_info> tensors;
+    };
+    // One view over `parts`, which it keeps open. Its path and format are the first part's; it has no single
+    // mapping (see regions()).
+    static std::unique_ptr<ModelFile> compose(std::vector<std::unique_ptr<ModelFile>> parts, Tables tables);
+
     ~ModelFile();
     ModelFile(const ModelFile&) = delete;
     ModelFile& operator=(const ModelFile&) = delete;
@@ -38,6 +56,10 @@ public:
     // The tensor named `name`, or NULL.
     const cellm_tensor_info* tensor(std::string_view name) const;
 
+    // The mapped files the view's tensors lie in (a composed view's parts'); a tensor outside every region (data
+    // the host made) must be copied to a backend.
+    std::vector<MappedRegion> regions() const;
+
     // Throws cellm::Error unless every tensor of `view` has a known type, a sane shape, a size that matches
     // it and data inside the mapping.
     static void validate(const cellm_model_view& view, const std::string& where);
@@ -49,6 +71,8 @@ private:
     cellm_model_view view_{};
     std::filesystem::path path_;
     uint64_t file_size_ = 0;
+    std::vector<std::unique_ptr<ModelFile>> parts_;  // a composed view's files
+    Tables tables_;
 };
 
 std::string_view to_string_view(const cellm_string_ref& s);

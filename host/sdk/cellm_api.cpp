@@ -256,8 +256,13 @@ cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine
         }
         if (o.model_path != nullptr) {
             m.model.path = o.model_path;
-            m.model.format.clear();  // the manifest's format and arch described its own model
+            m.model.format.clear();  // the manifest's format, arch and mmproj described its own model
             m.model.arch.clear();
+            m.model.mmproj.clear();
+        }
+        if (o.struct_size >= offsetof(cellm_engine_options, mmproj_path) + sizeof(o.mmproj_path) &&
+            o.mmproj_path != nullptr) {
+            m.model.mmproj = o.mmproj_path;
         }
         if (o.backend != nullptr) m.backend.name = o.backend;
         if (o.threads > 0) m.backend.threads = o.threads;

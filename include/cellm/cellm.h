@@ -84,6 +84,9 @@ typedef struct cellm_engine_options {
     int32_t max_sessions;    /* [scheduler].max_running: sessions in the steps at once; without
                                 [context].kv_memory_mib the KV pool holds this many full contexts */
     const char* plugin_path; /* one more folder to search for plugins */
+    /* Since 1.1 (read only when struct_size covers it). */
+    const char* mmproj_path; /* [model].mmproj: llama.cpp's mmproj file beside a text GGUF (its vision tower);
+                                a model_path override drops the manifest's, as it drops its format and arch */
 } cellm_engine_options;
 
 /* Zeroes *options and sets struct_size. */

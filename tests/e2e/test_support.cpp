@@ -75,9 +75,9 @@ const PluginRegistry& registry() {
     return *r;
 }
 
-Stack make_stack(const fs::path& model, const std::string& backend, EngineOptions options) {
+Stack make_stack(const fs::path& model, const std::string& backend, EngineOptions options, const fs::path& mmproj) {
     Stack s;
-    s.model = Model::load(registry(), model);
+    s.model = Model::load(registry(), model, {}, {}, mmproj);
     // "name:key=value,key=value" passes options to the backend.
     const size_t colon = backend.find(':');
     const std::string name = backend.substr(0, colon);

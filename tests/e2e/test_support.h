@@ -36,8 +36,10 @@ struct Stack {
     std::unique_ptr<Backend> backend;
     std::unique_ptr<Engine> engine;
 };
-// `backend` is a plugin name, optionally with options: "vulkan:precision=fast".
-Stack make_stack(const std::filesystem::path& model, const std::string& backend = "scalar", EngineOptions options = {});
+// `backend` is a plugin name, optionally with options: "vulkan:precision=fast". `mmproj`: llama.cpp's mmproj file
+// beside a text GGUF, or empty.
+Stack make_stack(const std::filesystem::path& model, const std::string& backend = "scalar", EngineOptions options = {},
+                 const std::filesystem::path& mmproj = {});
 
 struct CommandResult {
     int exit_code = -1;

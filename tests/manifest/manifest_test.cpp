@@ -94,6 +94,7 @@ TEST(Manifest, DefaultsFillOmittedKeys) {
     EXPECT_EQ(m.model.path, fs::path("/srv/cellm/m.gguf"));
     EXPECT_EQ(m.model.format, "");
     EXPECT_EQ(m.model.arch, "");
+    EXPECT_EQ(m.model.mmproj, fs::path());
     EXPECT_EQ(m.backend.name, "scalar");
     EXPECT_EQ(m.backend.threads, physical_core_count());
     EXPECT_GE(m.backend.threads, 1);
@@ -190,6 +191,14 @@ TEST(Manifest, RejectsOutOfRangeValues) {
         EXPECT_EQ(message.rfind("/srv/cellm/m.toml:4:", 0), 0u) << message;
         EXPECT_EQ(first_line_of(message), expected);
     }
+}
+
+TEST(Manifest, ReadsAnMmprojBesideTheModel) {
+    // llama.cpp's mmproj file, resolved like the model's path.
+    EXPECT_EQ(parse("[model]\npath = \"m.gguf\"\nmmproj = \"vision/mmproj.gguf\"\n").model.mmproj,
+              fs::path("/srv/cellm/vision/mmproj.gguf"));
+    EXPECT_EQ(error_of("[model]\npath = \"m.gguf\"\nmmproj = \"\"\n"),
+              "/srv/cellm/m.toml:3:10: model.mmproj: path must not be empty");
 }
 
 TEST(Manifest, RequiresTheModelPath) {

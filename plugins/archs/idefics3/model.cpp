@@ -68,10 +68,16 @@ Vision load_vision(const transformer::Metadata& meta, const transformer::Tensors
 }  // namespace
 
 Model load_model(const cellm_model_view& view) {
-    Model m;
-    static_cast<llama::Model&>(m) = llama::load_model(view, "idefics3");
     const transformer::Metadata meta(view);
     const transformer::Tensors tensors(view);
+    // The text model's keys: idefics3.* from a Hugging Face folder, llama.* from llama.cpp's text GGUF, which the
+    // host presents together with its mmproj file.
+    const std::string text = meta.find_string("general.architecture").value_or("idefics3");
+    if (text != "idefics3" && text != "llama") {
+        throw plugin::Failure(CELLM_ERR_UNSUPPORTED, "idefics3: the text model is '" + text + "', not llama");
+    }
+    Model m;
+    static_cast<llama::Model&>(m) = llama::load_model(view, text);
     m.has_vision = meta.find("clip.vision.image_size") != nullptr;
     if (m.has_vision) m.vision = load_vision(meta, tensors, m.hp.n_embd);
     return m;

@@ -1,7 +1,7 @@
 // An Idefics3 (SmolVLM) model bound to a model view: a Llama text model and, beside it, a SigLIP vision encoder
 // with the pixel-shuffle projector that turns each image into text embeddings. Keys and tensor names are those
 // of llama.cpp's mmproj files (clip.vision.*, v.*, mm.*), which the safetensors plugin writes for a Hugging Face
-// folder.
+// folder; the text model's keys are idefics3.* there and llama.* in llama.cpp's text GGUF beside its mmproj.
 #pragma once
 
 #include "archs/llama/model.hpp"
