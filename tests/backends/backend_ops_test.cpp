@@ -1347,7 +1347,8 @@ TEST_P(BackendOps, PatchesFollowTheIndexComputation) {
 }
 
 // Two groups (images) of 100 tokens, 4 query heads over 2 KV heads, head_dim 21 (two whole 8-lane runs and a
-// tail): against the softmax in double within 1e-5, and on a CPU backend bit for bit with scalar.
+// tail): against the softmax in double within 1e-5. openblas runs the two products as SGEMMs, as it does F32
+// products (self_attention.hpp), so only its weights are the reference's; another CPU backend is bit for bit scalar.
 TEST_P(BackendOps, SelfAttentionFollowsTheDoubleMath) {
     if (!runs_vision_ops()) GTEST_SKIP() << "declines the vision ops";
     const int64_t n_head = 4, n_kv = 2, hd = 21, group = 100, n_tokens = 2 * group;
@@ -1369,7 +1370,7 @@ TEST_P(BackendOps, SelfAttentionFollowsTheDoubleMath) {
     ASSERT_EQ(execute_beside_scalar(scalar), "");
     expect_near_all(results[0], self_attention_reference(q, k, v, n_head, n_kv, hd, group, n_tokens, scale), 1e-5f,
                     "self attention");
-    if (host_memory()) expect_identical(results[0], scalar.results[0], "vs scalar");
+    if (host_memory() && GetParam().name != "openblas") expect_identical(results[0], scalar.results[0], "vs scalar");
 }
 
 // Image embeddings (CELLM_INPUT_EMBEDDINGS) put in place of 5 of 40 token embeddings (CELLM_INPUT_EMBEDDING_ROWS):

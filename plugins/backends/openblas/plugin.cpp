@@ -5,6 +5,7 @@
 #include "kernels.hpp"
 #include "matmul.hpp"
 #include "reference_kernels.hpp"
+#include "self_attention.hpp"
 #include "thread_pool.hpp"
 
 #include "plugin_host.hpp"
@@ -52,6 +53,7 @@ public:
             switch (node.op) {
             case CELLM_OP_MATMUL: matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_); break;
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_); break;
+            case CELLM_OP_SELF_ATTENTION: self_attention(plan, index, pool_, self_attention_); break;
             case CELLM_OP_ROPE: rope(plan, node); break;
             default: run_split(plan, index); break;
             }
@@ -121,6 +123,7 @@ private:
     ThreadPool pool_;
     MatmulScratch matmul_;
     AttentionScratch attention_;
+    SelfAttentionScratch self_attention_;
     std::vector<Angles> angles_;  // this step's
 };
 
