@@ -262,6 +262,33 @@ TEST(SmolVlmErrors, VulkanDeclinesTheVisionOpsByName) {
     }
 }
 
+// SmolVLM-256M's vision geometry (12 layers of 768 over 512-pixel tiles, 1024 patches a tile, 9 frames for this
+// image) on random weights: scripts/hf_reference/smolvlm_256m_shape.py writes the folder and transformers' image
+// embeddings into the models folder. Minutes on two cores, so only under scripts/test.sh --full.
+TEST(SmolVlmRealSize, ImageEmbeddingsMatchTransformers) {
+    const fs::path dir = models_dir() / "smolvlm-256m-shape";
+    if (!full_suite()) GTEST_SKIP() << "a long check: scripts/test.sh --full runs it";
+    if (!fs::exists(dir / "reference.json")) GTEST_SKIP() << dir << " is missing (scripts/hf_reference/smolvlm_256m_shape.py)";
+    std::ifstream in(dir / "reference.json");
+    const nlohmann::json ref = nlohmann::json::parse(in);
+    Stack stack = make_stack(dir, "openblas");
+    ImagePrompter prompter(*stack.model, *stack.backend, stack.engine->weights());
+    const std::vector<uint8_t> bytes = image_bytes(ref.at("image").get<std::string>());
+    const std::span<const uint8_t> images[] = {bytes};
+    const ImagePrompter::Prompt p = prompter.build(ref.at("prompt").get<std::string>(), images, false);
+    EXPECT_EQ(p.tokens, ref.at("input_ids").get<std::vector<int32_t>>());
+    std::ifstream f(dir / "embeddings.f32", std::ios::binary);
+    std::vector<char> raw((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<float> want(raw.size() / sizeof(float));
+    std::memcpy(want.data(), raw.data(), want.size() * sizeof(float));
+    ASSERT_NE(p.embeddings, nullptr);
+    const double worst = worst_cosine(p.embeddings->values, want, static_cast<size_t>(stack.model->info().n_embd));
+    RecordProperty("worst_cosine", std::to_string(worst));
+    std::printf("SmolVLM-256M-shaped image embeddings: worst cosine %.9f over %zu rows\n", worst,
+                p.embeddings->positions.size());
+    EXPECT_GE(worst, kMinCosine);
+}
+
 TEST(SmolVlmCli, RunAnswersAboutAnImage) {
     const nlohmann::json& c = reference()["cases"]["image"];
     const CommandResult r = run_host(
