@@ -36,8 +36,10 @@ done
 cp "$root"/tests/data/vision/*.png "$root"/tests/data/vision/*.jpg "$out/image/"
 # The transformers-made folders of tests/data/hf (every model type the plugin reads), packed as fuzz_safetensors
 # takes a folder: config.json, tokenizer.json and model.safetensors joined by its separator.
+# An Idefics3 folder's processor_config.json goes last.
 for d in "$root"/tests/data/hf/*/; do
-  { cat "$d/config.json"; printf '\n--8<--\n'; cat "$d/tokenizer.json"; printf '\n--8<--\n'; cat "$d/model.safetensors"; } \
+  { cat "$d/config.json"; printf '\n--8<--\n'; cat "$d/tokenizer.json"; printf '\n--8<--\n'; cat "$d/model.safetensors"
+    if [[ -f $d/processor_config.json ]]; then printf '\n--8<--\n'; cat "$d/processor_config.json"; fi; } \
     >"$out/safetensors/hf-$(basename "$d")"
 done
 for f in "$root"/config/*.toml; do cp "$f" "$out/manifest/"; done
