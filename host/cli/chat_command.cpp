@@ -1,12 +1,15 @@
 // cellm-host chat: a multi-turn conversation on one libcellm session. Each turn submits the whole
 // conversation; the session keeps the KV blocks of what it has already seen, so earlier turns are not
-// computed again.
+// computed again. With a model that takes images, "/image FILE" attaches an image to the next message (as
+// llama.cpp's mtmd-cli does); later turns send it again, and the engine's image cache spares its encoding.
 #include "commands.h"
 #include "manifest_overrides.h"
 #include "sdk_engine.h"
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -38,17 +41,54 @@ Command add_chat(CLI::App& app) {
         const SessionPtr session(raw);
 
         std::vector<std::string> turns;  // user, assistant, user, ...
-        std::fprintf(stderr, "cellm chat (%s on %s). Empty line or /exit to quit.\n",
-                     manifest.model.path.filename().c_str(), info.backend);
+        std::vector<std::vector<char>> images;  // every image of the conversation, in order of their markers
+        size_t pending = 0;                     // images attached to the next message
+        const bool takes_images = info.model_takes_images != 0;
+        std::fprintf(stderr, "cellm chat (%s on %s). Empty line or /exit to quit%s.\n",
+                     manifest.model.path.filename().c_str(), info.backend,
+                     takes_images ? "; /image FILE attaches an image to the next message" : "");
         std::string line;
         while (true) {
             std::fputs("> ", stdout);
             std::fflush(stdout);
             if (!std::getline(std::cin, line) || line.empty() || line == "/exit") break;
-            turns.push_back(line);
+            if (line.starts_with("/image ")) {
+                const std::string path = line.substr(7);
+                std::ifstream in(path, std::ios::binary);
+                std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+                if (!takes_images) {
+                    std::fprintf(stderr, "error: the model takes no images\n");
+                } else if (bytes.empty()) {
+                    std::fprintf(stderr, "error: %s: cannot be read or is empty\n", path.c_str());
+                } else {
+                    images.push_back(std::move(bytes));
+                    ++pending;
+                }
+                continue;
+            }
+            std::string message;
+            for (; pending > 0; --pending) message += "<image>";
+            turns.push_back(message + line);
             std::vector<cellm_message> conversation;
             for (size_t i = 0; i < turns.size(); ++i) conversation.push_back({i % 2 == 0 ? "user" : "assistant", turns[i].c_str()});
-            check(cellm_session_submit_chat(session.get(), conversation.data(), conversation.size()));
+            if (images.empty()) {
+                check(cellm_session_submit_chat(session.get(), conversation.data(), conversation.size()));
+            } else {
+                std::vector<cellm_image> attached;
+                for (const std::vector<char>& bytes : images) attached.push_back({bytes.data(), bytes.size()});
+                const cellm_result r = cellm_session_submit_chat_images(session.get(), conversation.data(),
+                                                                        conversation.size(), attached.data(), attached.size());
+                if (r != CELLM_SUCCESS) {
+                    // A bad image: say why, forget this message and its images, and go on with the conversation.
+                    std::fprintf(stderr, "error: %s\n", cellm_last_error());
+                    const std::string& last = turns.back();
+                    size_t markers = 0;
+                    for (size_t at = last.find("<image>"); at != std::string::npos; at = last.find("<image>", at + 1)) ++markers;
+                    images.resize(images.size() - std::min(markers, images.size()));
+                    turns.pop_back();
+                    continue;
+                }
+            }
             check(cellm_session_wait(session.get(), -1));
             const char* text = nullptr;
             size_t length = 0;

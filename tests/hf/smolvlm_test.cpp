@@ -312,5 +312,20 @@ TEST(SmolVlmCli, RunAnswersAboutAnImage) {
     EXPECT_NE(bad.err.find("image 1"), std::string::npos) << bad.err;
 }
 
+TEST(SmolVlmCli, ChatAttachesImagesAndSurvivesABadOne) {
+    const std::string image = (source_dir() / "tests/data/vision/smolvlm_rgb_20x48.png").string();
+    const CommandResult r = run_host(
+        "chat --manifest " + shell_quote((source_dir() / "config/smollm2-135m.toml").string()) + " --model " +
+            shell_quote(folder().string()) + " --backend scalar --temperature 0 --max-tokens 4",
+        "/image " + image + "\nWhat is in this picture?\n/image " + folder().string() + "/config.json\nhi\nagain\n/exit\n");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    // The first turn is the reference's prompt; the bad image is refused in one line and its message dropped; the
+    // next turn still carries the first image (its 12 image tokens again, after the first turn's text).
+    EXPECT_NE(r.err.find("[46 prompt tokens"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("error: image 2: not a PNG or JPEG file"), std::string::npos) << r.err;
+    const size_t turns = std::count(r.err.begin(), r.err.end(), '[');
+    EXPECT_EQ(turns, 2u) << r.err;
+}
+
 }  // namespace
 }  // namespace cellm::testing
