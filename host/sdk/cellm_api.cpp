@@ -170,11 +170,11 @@ cellm_session* new_handle(std::shared_ptr<EngineCore> core, cellm_event_fn callb
     return handle.release();
 }
 
-void submit(cellm_session* session, std::vector<int32_t> tokens) {
-    EngineCore& core = open_core(session);
-    if (tokens.empty()) throw PromptError("the prompt is empty");
+// Runs a submit; a prompt that cannot run becomes CELLM_E_TOO_LONG or CELLM_E_PROMPT, busy and closed stay as they are.
+template <class Submit>
+void as_prompt_errors(Submit submit) {
     try {
-        core.submit(session->id, std::move(tokens));
+        submit();
     } catch (const cellm::sdk::BusyError&) {
         throw;
     } catch (const cellm::sdk::ClosedError&) {
@@ -184,6 +184,12 @@ void submit(cellm_session* session, std::vector<int32_t> tokens) {
     } catch (const Error& e) {
         throw PromptError(e.what());
     }
+}
+
+void submit(cellm_session* session, std::vector<int32_t> tokens) {
+    EngineCore& core = open_core(session);
+    if (tokens.empty()) throw PromptError("the prompt is empty");
+    as_prompt_errors([&] { core.submit(session->id, std::move(tokens)); });
 }
 
 }  // namespace
@@ -486,17 +492,7 @@ std::vector<std::span<const uint8_t>> image_args(const cellm_image* images, size
 void submit_images(cellm_session* session, const std::string& text, const cellm_image* images, size_t n_images) {
     EngineCore& core = open_core(session);
     const std::vector<std::span<const uint8_t>> bytes = image_args(images, n_images);
-    try {
-        core.submit_images(session->id, text, bytes);
-    } catch (const cellm::sdk::BusyError&) {
-        throw;
-    } catch (const cellm::sdk::ClosedError&) {
-        throw;
-    } catch (const cellm::PromptTooLongError& e) {
-        throw TooLongError(e.what());
-    } catch (const Error& e) {
-        throw PromptError(e.what());
-    }
+    as_prompt_errors([&] { core.submit_images(session->id, text, bytes); });
 }
 
 }  // namespace
