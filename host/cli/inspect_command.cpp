@@ -8,6 +8,7 @@
 #include "tokenize/tokenizer.h"
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 
@@ -49,6 +50,27 @@ Command add_inspect(CLI::App& app) {
         for (uint64_t i = 0; i < view.n_meta; ++i) {
             const std::string key(to_string_view(view.meta[i].key));
             if (key.rfind(arch + ".", 0) == 0) std::printf("  %-44s %s\n", key.c_str(), scalar_text(view.meta[i].value).c_str());
+        }
+
+        // A vision tower's keys (llama.cpp's mmproj vocabulary) and the image processor's settings, when present.
+        bool vision = false;
+        for (uint64_t i = 0; i < view.n_meta; ++i) {
+            const std::string key(to_string_view(view.meta[i].key));
+            if (key.rfind("clip.vision.", 0) != 0 && key.rfind("cellm.vision.", 0) != 0) continue;
+            if (!vision) std::printf("\nvision:\n");
+            vision = true;
+            const cellm_meta_value& v = view.meta[i].value;
+            std::string text = scalar_text(v);
+            if (v.type == CELLM_VALUE_ARRAY && v.v.arr.elem_type == CELLM_VALUE_F32 && v.v.arr.count <= 4 && v.v.arr.data != nullptr) {
+                text = "[";
+                for (uint64_t j = 0; j < v.v.arr.count; ++j) {
+                    float f = 0.0f;
+                    std::memcpy(&f, static_cast<const char*>(v.v.arr.data) + j * sizeof(float), sizeof(float));
+                    text += (j > 0 ? ", " : "") + std::to_string(f);
+                }
+                text += "]";
+            }
+            std::printf("  %-44s %s\n", key.c_str(), text.c_str());
         }
 
         std::printf("\ntokenizer:\n");

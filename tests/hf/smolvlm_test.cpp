@@ -59,9 +59,7 @@ double worst_cosine(const std::vector<float>& got, const std::vector<float>& wan
 
 std::vector<std::string> vision_backends() {
     std::vector<std::string> out;
-    for (const Plugin* p : registry().plugins(CELLM_PLUGIN_BACKEND)) {
-        if (std::string(p->name()) != "vulkan") out.push_back(p->name());  // it declines the vision ops (VulkanDeclines below)
-    }
+    for (const Plugin* p : registry().plugins(CELLM_PLUGIN_BACKEND)) out.push_back(p->name());
     return out;
 }
 
@@ -239,29 +237,6 @@ TEST(SmolVlmErrors, ModelsWithoutAVisionEncoderRefuseImages) {
     EXPECT_THROW(scheduler.submit(id, {1, 2, 3}, embeddings), Error);
 }
 
-TEST(SmolVlmErrors, VulkanDeclinesTheVisionOpsByName) {
-    const auto backends = registry().plugins(CELLM_PLUGIN_BACKEND);
-    if (std::none_of(backends.begin(), backends.end(), [](const Plugin* p) { return std::string(p->name()) == "vulkan"; })) {
-        GTEST_SKIP() << "no vulkan backend plugin";
-    }
-    Stack stack;
-    try {
-        stack = make_stack(folder(), "vulkan");
-    } catch (const Error& e) {
-        GTEST_SKIP() << "no Vulkan device: " << e.what();
-    }
-    // Text runs; an image cannot, and says which op stops it.
-    ImagePrompter prompter(*stack.model, *stack.backend, stack.engine->weights());
-    const std::vector<uint8_t> good = image_bytes("tests/data/vision/smolvlm_rgb_32x32.png");
-    const std::span<const uint8_t> images[] = {good};
-    try {
-        prompter.build("<image>hi", images, false);
-        FAIL() << "vulkan encoded an image";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("not supported"), std::string::npos) << e.what();
-    }
-}
-
 // SmolVLM-256M's vision geometry (12 layers of 768 over 512-pixel tiles, 1024 patches a tile, 9 frames for this
 // image) on random weights: scripts/hf_reference/smolvlm_256m_shape.py writes the folder and transformers' image
 // embeddings into the models folder. Minutes on two cores, so only under scripts/test.sh --full.
@@ -310,6 +285,14 @@ TEST(SmolVlmCli, RunAnswersAboutAnImage) {
                                        shell_quote((source_dir() / "tests/data/hf/smolvlm-tiny/config.json").string()));
     EXPECT_NE(bad.exit_code, 0);
     EXPECT_NE(bad.err.find("image 1"), std::string::npos) << bad.err;
+}
+
+TEST(SmolVlmCli, InspectShowsTheVisionTowerAndProcessor) {
+    const CommandResult r = run_host("inspect " + shell_quote(folder().string()));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const char* line : {"\nvision:\n", "clip.vision.image_size", "cellm.vision.tile_size", "cellm.vision.image_mean"}) {
+        EXPECT_NE(r.out.find(line), std::string::npos) << line << " missing from:\n" << r.out;
+    }
 }
 
 TEST(SmolVlmCli, ChatAttachesImagesAndSurvivesABadOne) {
