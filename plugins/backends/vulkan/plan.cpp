@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <map>
 
@@ -634,6 +635,74 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             emit(d, r, {range(i)});
             break;
         }
+        case CELLM_OP_VIEW: {
+            if (node(src(0)).nelements() > int64_t{UINT32_MAX}) fail(i, CELLM_ERR_UNSUPPORTED, "source of 2^32 elements or more");
+            d.shader = "view";
+            p << address(src(0)) << address(i);
+            for (int64_t v : n.ne) p << u32(v);
+            for (int k = 0; k < 4; ++k) p << u32(n.iparams[static_cast<size_t>(k)]);
+            d.groups = grid(static_cast<uint64_t>(n.nelements()), 256);
+            emit(d, {range(src(0))}, {range(i)});
+            break;
+        }
+        case CELLM_OP_LAYER_NORM: {
+            const bool weighted = src(1) >= 0, biased = src(2) >= 0;
+            d.shader = "layer_norm";
+            p << address(src(0)) << (weighted ? address(src(1)) : address(src(0)))
+              << (biased ? address(src(2)) : address(src(0))) << address(i);
+            for (int64_t v : n.ne) p << u32(v);
+            for (int64_t v : (weighted ? node(src(1)).ne : n.ne)) p << u32(v);
+            for (int64_t v : (biased ? node(src(2)).ne : n.ne)) p << u32(v);
+            p << ((weighted ? 1u : 0u) | (biased ? 2u : 0u)) << n.fparams[0];
+            d.groups = grid(static_cast<uint64_t>(n.rows()));
+            std::vector<Range> r{range(src(0))};
+            if (weighted) r.push_back(range(src(1)));
+            if (biased) r.push_back(range(src(2)));
+            emit(d, r, {range(i)});
+            break;
+        }
+        case CELLM_OP_PATCHES: {
+            const Node& images = node(src(0));
+            d.shader = "patches";
+            p << address(src(0)) << address(i) << u32(images.ne[0]) << u32(images.ne[1]) << u32(images.ne[2])
+              << u32(n.iparams[0]) << u32(n.ne[1]);
+            d.groups = grid(static_cast<uint64_t>(n.nelements()), 256);
+            emit(d, {range(src(0))}, {range(i)});
+            break;
+        }
+        case CELLM_OP_SELF_ATTENTION: {
+            if (n.iparams[2] > 256) fail(i, CELLM_ERR_UNSUPPORTED, "head_dim must be at most 256");
+            const int64_t n_tokens = n.ne[1];
+            d.shader = "self_attention";
+            p << address(src(0)) << address(src(1)) << address(src(2)) << address(i) << u32(n.iparams[0])
+              << u32(n.iparams[1]) << u32(n.iparams[2]) << u32(n.iparams[3]) << u32(n_tokens) << n.fparams[0];
+            // A workgroup per query head and token; tokens past the y limit wrap into z.
+            const uint64_t y = std::min<uint64_t>(static_cast<uint64_t>(n_tokens), max_grid);
+            d.groups = {u32(n.iparams[0]), u32(y), u32((static_cast<uint64_t>(n_tokens) + y - 1) / y)};
+            emit(d, {range(src(0)), range(src(1)), range(src(2))}, {range(i)});
+            break;
+        }
+        case CELLM_OP_SET_ROWS: {
+            // src0 copied whole (view.comp with its own strides), then the new rows over their columns. The row
+            // indices come from an INPUT node, checked on the host before the step runs (check_inputs).
+            input_of(i, 2, "row indices");
+            const Node& into = node(src(0));
+            const Node& rows = node(src(1));
+            d.shader = "view";
+            p << address(src(0)) << address(i);
+            for (int64_t v : into.ne) p << u32(v);
+            p << uint32_t{0} << u32(into.ne[0]) << u32(into.ne[0] * into.ne[1]) << u32(into.ne[0] * into.ne[1] * into.ne[2]);
+            d.groups = grid(static_cast<uint64_t>(into.nelements()), 256);
+            emit(d, {range(src(0))}, {range(i)});
+            Dispatch s;
+            s.kind = d.kind;
+            s.shader = "set_rows";
+            Push sp{s};
+            sp << address(src(1)) << address(src(2)) << address(i) << u32(rows.ne[0]) << u32(rows.ne[1]);
+            s.groups = grid(static_cast<uint64_t>(rows.nelements()), 256);
+            emit(s, {range(src(1)), range(src(2))}, {range(i)});
+            break;
+        }
         default: fail(i, CELLM_ERR_UNSUPPORTED, "op not supported by this backend");
         }
     }
@@ -756,6 +825,7 @@ void Plan::check_inputs(const std::vector<const std::byte*>& inputs) const {
         if (n.op == CELLM_OP_GET_ROWS) graph::check_row_ids(prefix, nodes, i, data(n, 1), 0, n.ne[1]);
         else if (n.op == CELLM_OP_KV_STORE) graph::check_slots(prefix, nodes, i, data(n, 2));
         else if (n.op == CELLM_OP_ATTENTION) graph::check_attention_inputs(prefix, nodes, i, data(n, 3), data(n, 4), data(n, 5));
+        else if (n.op == CELLM_OP_SET_ROWS) graph::check_set_rows(prefix, nodes, i, data(n, 2));
     }
 }
 
