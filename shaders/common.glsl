@@ -100,9 +100,38 @@ float exp_ref(float x) {
     for (int i = 0; i < 13; ++i) p = p * r + inverse_factorials[i];
     return float(ldexp(p, int(k)));
 }
+// log(1 + y) for y > -1, correctly rounded but within about 2^-29 of a rounding boundary (libm's log1pf, which the
+// reference calls, is not always correctly rounded: docs/vulkan.md). Below 2^-29, y itself is the rounded result.
+// Otherwise 1 + y is exact in double: write it m 2^e with m in [sqrt(1/2), sqrt(2)); then
+// log(m) = 2 atanh(f), f = (m - 1) / (m + 1), |f| <= 0.1716, whose series to f^25 is below 1e-17 relative.
+float log1p_ref(float y) {
+    if (isnan(y) || isinf(y) || abs(y) < 1.0 / 536870912.0) return y;
+    const double u = 1.0LF + double(y);
+    const uvec2 bits = unpackDouble2x32(u);
+    int e = int((bits.y >> 20) & 0x7ffu) - 1022;                                   // u = m 2^e, m in [0.5, 1)
+    double m = packDouble2x32(uvec2(bits.x, (bits.y & 0x800fffffu) | 0x3fe00000u));
+    if (m < 0.70710678118654752LF) {
+        m = m * 2.0LF;
+        e -= 1;
+    }
+    const double f = (m - 1.0LF) / (m + 1.0LF), f2 = f * f;
+    double series = 1.0LF / 25.0LF;
+    for (int k = 23; k >= 1; k -= 2) series = series * f2 + 1.0LF / double(k);
+    const double log_m = 2.0LF * f * series;
+    return float(double(e) * 0.6931471803691238LF + (double(e) * 1.9082149292705877e-10LF + log_m));
+}
 #else
 float fma_ref(float a, float b, float c) { return fma(a, b, c); }
 float div_ref(float a, float b) { return a / b; }
 float sqrt_ref(float a) { return sqrt(a); }
 float exp_ref(float x) { return exp(x); }
+// log(1 + y) without losing small y, which the device's log near 1 would (Vulkan allows it an absolute error of
+// 2^-21 there): below 1/2 in magnitude 2 atanh(f), f = y / (2 + y), |f| <= 1/3, summed to f^17.
+float log1p_ref(float y) {
+    if (abs(y) >= 0.5) return log(1.0 + y);
+    const float f = y / (2.0 + y), f2 = f * f;
+    float series = 1.0 / 17.0;
+    for (int k = 15; k >= 1; k -= 2) series = series * f2 + 1.0 / float(k);
+    return 2.0 * f * series;
+}
 #endif

@@ -15,14 +15,22 @@ layout(push_constant, scalar) uniform Push {
     float scale;
 } pc;
 
-const uint ADD = 0u, MUL = 1u, SCALE = 2u, SILU = 3u, GELU = 4u, TANH = 5u, SWIGLU = 6u, GEGLU = 7u;
+const uint ADD = 0u, MUL = 1u, SCALE = 2u, SILU = 3u, GELU = 4u, TANH = 5u, SWIGLU = 6u, GEGLU = 7u, SIGMOID = 8u,
+           SOFTPLUS = 9u;
 
-// As the reference writes them; exp and the division as the reference rounds them (common.glsl). tanh is the
-// device's, so GELU is close to the reference, not bit-equal.
+// As the reference writes them; exp, log1p and the division correctly rounded (common.glsl), where the reference
+// takes glibc's expf and log1pf, which are not always (docs/vulkan.md). tanh is the device's, so GELU is close to
+// the reference, not bit-equal.
 float silu(float x) {
     precise float denominator = 1.0 + exp_ref(-x);
     return div_ref(x, denominator);
 }
+float sigmoid(float x) {
+    precise float denominator = 1.0 + exp_ref(-x);
+    return div_ref(1.0, denominator);
+}
+// x itself above 20, as torch.
+float softplus(float x) { return x > 20.0 ? x : log1p_ref(exp_ref(x)); }
 float gelu(float x) {
     precise float inner = 0.7978845608028654 * (x + 0.044715 * x * x * x);
     precise float y = 0.5 * x * (1.0 + tanh(inner));
@@ -54,6 +62,10 @@ void main() {
         y = gelu(x);
     } else if (pc.op == TANH) {
         y = tanh(x);
+    } else if (pc.op == SIGMOID) {
+        y = sigmoid(x);
+    } else if (pc.op == SOFTPLUS) {
+        y = softplus(x);
     } else {
         precise float product = (pc.op == SWIGLU ? silu(x) : gelu(x)) * pc.b.f[e];
         y = product;

@@ -1563,6 +1563,205 @@ TEST_P(BackendOps, VisionGraphErrorsNameTheNode) {
     EXPECT_NE(m.find("node 0 (INPUT) needs 32 bytes (8 F32 values), binding has 16"), std::string::npos) << m;
 }
 
+// ---- Qwen3.5's recurrent ops (ABI 1.2) ----
+// tests/qwen35 holds the CPU backends to the recurrence's math; these hold every backend to the reference's order:
+// the CPU backends bit for bit with scalar, vulkan's exact precision bit for bit with the reference's order where
+// exp and log1p are correctly rounded (docs/vulkan.md: glibc's expf and log1pf are not always).
+
+float exp_rounded(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+float sigmoid_in_order(float x) { return 1.0f / (1.0f + exp_rounded(-x)); }
+float softplus_in_order(float x) { return x > 20.0f ? x : static_cast<float>(std::log1p(static_cast<double>(exp_rounded(x)))); }
+
+// The gated delta rule in the reference's order (reference_kernels.cpp, delta_net) with exp correctly rounded;
+// advances `state` ([n_v * d_k * d_v] per slot) and returns the outputs.
+std::vector<float> delta_net_in_order(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                      const std::vector<float>& g, const std::vector<float>& beta, std::vector<float>& state,
+                                      const std::vector<int32_t>& seq_of, const std::vector<int32_t>& slots, int64_t d_k,
+                                      int64_t n_k, int64_t d_v, int64_t n_v, bool tiled) {
+    const auto n_tokens = static_cast<int64_t>(seq_of.size());
+    std::vector<float> out(static_cast<size_t>(d_v * n_v * n_tokens), 0.0f), u(static_cast<size_t>(d_v));
+    for (int64_t t = 0; t < n_tokens; ++t)
+        for (int64_t h = 0; h < n_v; ++h) {
+            float* s = state.data() + slots[size_t(seq_of[size_t(t)])] * n_v * d_k * d_v + h * d_k * d_v;
+            const int64_t kh = tiled ? h % n_k : h / (n_v / n_k);
+            const float* qt = q.data() + (t * n_k + kh) * d_k;
+            const float* kt = k.data() + (t * n_k + kh) * d_k;
+            const float* vt = v.data() + (t * n_v + h) * d_v;
+            const float decay = exp_rounded(g[size_t(t * n_v + h)]), b = beta[size_t(t * n_v + h)];
+            std::fill(u.begin(), u.end(), 0.0f);
+            for (int64_t i = 0; i < d_k; ++i)
+                for (int64_t j = 0; j < d_v; ++j) {
+                    s[i * d_v + j] *= decay;
+                    u[size_t(j)] += s[i * d_v + j] * kt[i];
+                }
+            for (int64_t j = 0; j < d_v; ++j) u[size_t(j)] = b * (vt[j] - u[size_t(j)]);
+            float* o = out.data() + (t * n_v + h) * d_v;
+            for (int64_t i = 0; i < d_k; ++i)
+                for (int64_t j = 0; j < d_v; ++j) {
+                    s[i * d_v + j] += kt[i] * u[size_t(j)];
+                    o[j] += s[i * d_v + j] * qt[i];
+                }
+        }
+    return out;
+}
+
+// The floats of a leaf's buffer (a STATE leaf after a step).
+std::vector<float> read_leaf(Instance& g, int32_t node) {
+    const cellm_node& n = g.nodes[static_cast<size_t>(node)];
+    std::vector<float> out(static_cast<size_t>(n.ne[0] * n.ne[1]));
+    EXPECT_EQ(message(g.be->buffer_read(g.backend, n.tensor.buffer, 0, out.data(), out.size() * 4)), "");
+    return out;
+}
+
+// SIGMOID and SOFTPLUS over 8192 inputs spread over [-40, 40], and the edges: softplus's switch at 20, expf's
+// overflow and underflow, zeros, infinities.
+TEST_P(BackendOps, SigmoidAndSoftplusFollowTheReference) {
+    EXPECT_EQ(be->supports_op(backend, CELLM_OP_SIGMOID, CELLM_TYPE_F32), 1);
+    EXPECT_EQ(be->supports_op(backend, CELLM_OP_SOFTPLUS, CELLM_TYPE_F32), 1);
+    std::vector<float> x = random_floats(8192, 70, 40.0f);
+    for (float e : {0.0f, -0.0f, 20.0f, std::nextafter(20.0f, 0.0f), std::nextafter(20.0f, 30.0f), 88.7f, 89.0f, -87.0f,
+                    -104.0f, -110.0f, 1e-30f, -1e-30f, INFINITY, -INFINITY})
+        x.push_back(e);
+    x.resize(8208, 0.5f);
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    const auto build = [&](Instance& g) {
+        const int32_t xn = g.f32_weight(x, 16, int64_t(x.size()) / 16);
+        return std::vector<int32_t>{g.add(CELLM_OP_SIGMOID, CELLM_TYPE_F32, {16, int64_t(x.size()) / 16}, {xn}),
+                                    g.add(CELLM_OP_SOFTPLUS, CELLM_TYPE_F32, {16, int64_t(x.size()) / 16}, {xn})};
+    };
+    ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+    ASSERT_EQ(execute_beside_scalar(scalar), "");
+    std::vector<float> sigmoid(x.size()), softplus(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        sigmoid[i] = sigmoid_in_order(x[i]);
+        softplus[i] = softplus_in_order(x[i]);
+        // Against the math in double: one float rounding (and expf's) away.
+        const double e = std::exp(double(x[i]));
+        ASSERT_NEAR(results[0][i], 1.0 / (1.0 + 1.0 / e), 1e-6) << "sigmoid of " << x[i];
+        if (std::isfinite(x[i])) {
+            ASSERT_NEAR(results[1][i], x[i] > 20.0f ? double(x[i]) : std::log1p(e), 1e-6 * (1.0 + std::fabs(x[i]))) << "softplus of " << x[i];
+        }
+    }
+    if (GetParam().name == "vulkan") {
+        expect_identical(results[0], sigmoid, "sigmoid vs the reference with exp correctly rounded");
+        expect_identical(results[1], softplus, "softplus vs the reference with exp and log1p correctly rounded");
+    } else {
+        expect_identical(results[0], scalar.results[0], "sigmoid vs scalar");
+        expect_identical(results[1], scalar.results[1], "softplus vs scalar");
+    }
+}
+
+// SSM_CONV over two sequences interleaved in one step (rows 0 and 1 in slots 2 and 0 of 3), kernel 4, 40 channels:
+// outputs and the state left behind bit for bit with scalar on every backend (no transcendental function), and
+// against the convolution written out.
+TEST_P(BackendOps, SsmConvFollowsTheReference) {
+    const int64_t channels = 40, kernel = 4, n_slots = 3, width = (kernel - 1) * channels;
+    const std::vector<int32_t> seq_of{0, 1, 1, 0, 0, 1, 0}, slots{2, 0};
+    const auto n_tokens = static_cast<int64_t>(seq_of.size());
+    const std::vector<float> x = random_floats(size_t(channels * n_tokens), 71), w = random_floats(size_t(kernel * channels), 72);
+    const std::vector<float> state = random_floats(size_t(width * n_slots), 73);
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    int32_t state_node = -1, seq_in = -1, slots_in = -1;
+    const auto build = [&](Instance& g) {
+        const int32_t xn = g.f32_weight(x, channels, n_tokens), wn = g.f32_weight(w, kernel, channels);
+        state_node = g.leaf(CELLM_OP_STATE, CELLM_TYPE_F32, width, n_slots, state.data());
+        seq_in = g.input(CELLM_INPUT_TOKEN_SEQ, {n_tokens});
+        slots_in = g.input(CELLM_INPUT_STATE_SLOTS, {2});
+        return std::vector<int32_t>{g.add(CELLM_OP_SSM_CONV, CELLM_TYPE_F32, {channels, n_tokens}, {xn, wn, state_node, seq_in, slots_in})};
+    };
+    ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+    ASSERT_EQ(execute_beside_scalar(scalar, {{seq_in, seq_of}, {slots_in, slots}}), "");
+    expect_identical(results[0], scalar.results[0], "outputs vs scalar");
+    expect_identical(read_leaf(*this, state_node), read_leaf(scalar, state_node), "state vs scalar");
+    // The convolution written out: each row's inputs, oldest first, are its slot's kernel - 1 then its tokens.
+    for (int32_t r = 0; r < 2; ++r)
+        for (int64_t c = 0; c < channels; ++c) {
+            std::vector<float> inputs;
+            for (int64_t j = 0; j + 1 < kernel; ++j) inputs.push_back(state[size_t(slots[size_t(r)] * width + j * channels + c)]);
+            for (int64_t t = 0; t < n_tokens; ++t) {
+                if (seq_of[size_t(t)] != r) continue;
+                inputs.push_back(x[size_t(t * channels + c)]);
+                float sum = 0.0f;
+                for (int64_t j = 0; j < kernel; ++j) sum += w[size_t(c * kernel + j)] * inputs[inputs.size() - size_t(kernel) + size_t(j)];
+                ASSERT_EQ(results[0][size_t(t * channels + c)], sum) << "row " << r << ", channel " << c << ", token " << t;
+            }
+        }
+}
+
+// DELTA_NET over three sequences in one step, tokens interleaved, 4 value heads over 2 key heads in both head
+// orders (Hugging Face's h / 2 and GGUF's h % 2), d_k 16, d_v 12: outputs and the state left behind bit for bit with
+// scalar on the CPU backends, and with the reference's order under a correctly rounded exp on vulkan.
+TEST_P(BackendOps, DeltaNetFollowsTheReference) {
+    const int64_t d_k = 16, n_k = 2, d_v = 12, n_v = 4, n_slots = 4, size = n_v * d_k * d_v;
+    const std::vector<int32_t> seq_of{0, 1, 2, 2, 0, 1, 1, 2, 0, 0}, slots{3, 0, 1};
+    const auto n_tokens = static_cast<int64_t>(seq_of.size());
+    for (int32_t order : {0, 1}) {
+        SCOPED_TRACE("head order " + std::to_string(order));
+        const std::vector<float> q = random_floats(size_t(d_k * n_k * n_tokens), 80 + unsigned(order), 0.3f);
+        const std::vector<float> k = random_floats(q.size(), 82, 0.3f), v = random_floats(size_t(d_v * n_v * n_tokens), 83);
+        std::vector<float> g = random_floats(size_t(n_v * n_tokens), 84, 1.5f), beta = random_floats(g.size(), 85, 0.5f);
+        for (float& x : g) x = x - 1.5f;     // in [-3, 0]: log decays
+        for (float& x : beta) x = x + 0.5f;  // in [0, 1]
+        const std::vector<float> state = random_floats(size_t(size * n_slots), 86, 0.5f);
+        Instance scalar;
+        ASSERT_EQ(scalar.open(scalar_iface()), "");
+        int32_t state_node = -1, seq_in = -1, slots_in = -1;
+        const auto build = [&](Instance& gr) {
+            const auto heads = [&](const std::vector<float>& data, int64_t dim, int64_t count) {
+                return gr.add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {dim, count, n_tokens}, {gr.f32_weight(data, dim * count, n_tokens)});
+            };
+            const int32_t qn = heads(q, d_k, n_k), kn = heads(k, d_k, n_k), vn = heads(v, d_v, n_v);
+            const int32_t gn = gr.f32_weight(g, n_v, n_tokens), bn = gr.f32_weight(beta, n_v, n_tokens);
+            state_node = gr.leaf(CELLM_OP_STATE, CELLM_TYPE_F32, size, n_slots, state.data());
+            seq_in = gr.input(CELLM_INPUT_TOKEN_SEQ, {n_tokens});
+            slots_in = gr.input(CELLM_INPUT_STATE_SLOTS, {3});
+            return std::vector<int32_t>{gr.add(CELLM_OP_DELTA_NET, CELLM_TYPE_F32, {d_v, n_v, n_tokens},
+                                               {qn, kn, vn, gn, bn, state_node, seq_in, slots_in}, {order})};
+        };
+        ASSERT_EQ(prepare_beside_scalar(scalar, build), "");
+        ASSERT_EQ(execute_beside_scalar(scalar, {{seq_in, seq_of}, {slots_in, slots}}), "");
+        if (GetParam().name == "vulkan") {
+            std::vector<float> advanced = state;
+            const std::vector<float> out = delta_net_in_order(q, k, v, g, beta, advanced, seq_of, slots, d_k, n_k, d_v, n_v, order == 1);
+            expect_identical(results[0], out, "outputs vs the reference with exp correctly rounded");
+            expect_identical(read_leaf(*this, state_node), advanced, "state vs the reference with exp correctly rounded");
+            expect_near_all(results[0], scalar.results[0], 1e-5f, "outputs vs scalar");
+        } else {
+            expect_identical(results[0], scalar.results[0], "outputs vs scalar");
+            expect_identical(read_leaf(*this, state_node), read_leaf(scalar, state_node), "state vs scalar");
+        }
+    }
+}
+
+// A state slot out of range or shared by two rows, or a token in a row the slot table lacks, is one error naming the
+// node, before any state is written; the instance keeps working.
+TEST_P(BackendOps, BadStateRowsAreOneErrorBeforeAnyWrite) {
+    const int64_t channels = 8, kernel = 3, n_tokens = 3, width = (kernel - 1) * channels;
+    const std::vector<float> state = random_floats(size_t(width * 3), 90);
+    clear_graph();
+    const int32_t xn = f32_weight(random_floats(size_t(channels * n_tokens), 91), channels, n_tokens);
+    const int32_t wn = f32_weight(random_floats(size_t(kernel * channels), 92), kernel, channels);
+    const int32_t st = leaf(CELLM_OP_STATE, CELLM_TYPE_F32, width, 3, state.data());
+    const int32_t seq_in = input(CELLM_INPUT_TOKEN_SEQ, {n_tokens}), slots_in = input(CELLM_INPUT_STATE_SLOTS, {2});
+    const int32_t conv = add(CELLM_OP_SSM_CONV, CELLM_TYPE_F32, {channels, n_tokens}, {xn, wn, st, seq_in, slots_in});
+    nodes[size_t(conv)].name = "conv";
+    ASSERT_EQ(prepare({conv}), "");
+    const std::string node = "node " + std::to_string(conv) + " (SSM_CONV 'conv')";
+    for (const auto& [seq_of, slots, problem] :
+         {std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::string>{{0, 1, 0}, {0, 3}, "state slot 3 of sequence row 1 is outside [0, 3)"},
+          std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::string>{{0, 1, 0}, {2, 2}, "state slot 2 is given to two sequence rows"},
+          std::tuple<std::vector<int32_t>, std::vector<int32_t>, std::string>{{0, 2, 0}, {0, 1}, "token 1 belongs to sequence row 2, outside [0, 2)"}}) {
+        const std::string m = execute({{seq_in, seq_of}, {slots_in, slots}});
+        EXPECT_NE(m.find(node + ": " + problem), std::string::npos) << m;
+        EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+        expect_identical(read_leaf(*this, st), state, "state after '" + problem + "'");
+    }
+    ASSERT_EQ(execute({{seq_in, {0, 1, 0}}, {slots_in, {2, 0}}}), "");
+    EXPECT_NE(read_leaf(*this, st), state);
+}
+
 // ---- The vulkan backend's fast precision (docs/vulkan.md) ----
 
 // Fast precision sums in its own order, in float, with activations left unrounded: it is held to the float math
@@ -1738,6 +1937,49 @@ TEST_F(VulkanFast, VisionOpsFollowTheDoubleMath) {
         expect_near_all(results[0], self_attention_reference(q, k, v, n_head, n_kv, hd, group, n_tokens, scale), 1e-5f,
                         "self attention");
     }
+}
+
+// The recurrent ops in fast precision, their exact kernels' ".f32" variants (the device's exp, log and division):
+// SIGMOID and SOFTPLUS within 1e-5 relative of the double math, DELTA_NET's outputs and state within 1e-5 relative of
+// the reference's order.
+TEST_F(VulkanFast, RecurrentOpsFollowTheMath) {
+    const std::vector<float> x = random_floats(4096, 74, 40.0f);
+    clear_graph();
+    const int32_t xn = f32_weight(x, 16, 256);
+    const int32_t sg = add(CELLM_OP_SIGMOID, CELLM_TYPE_F32, {16, 256}, {xn});
+    const int32_t sp = add(CELLM_OP_SOFTPLUS, CELLM_TYPE_F32, {16, 256}, {xn});
+    ASSERT_EQ(prepare({sg, sp}), "");
+    ASSERT_EQ(execute({}), "");
+    for (size_t i = 0; i < x.size(); ++i) {
+        const double e = std::exp(double(x[i])), sigmoid = 1.0 / (1.0 + 1.0 / e), softplus = x[i] > 20.0f ? x[i] : std::log1p(e);
+        ASSERT_NEAR(results[0][i], sigmoid, 1e-5 * sigmoid + 1e-30) << "sigmoid of " << x[i];
+        ASSERT_NEAR(results[1][i], softplus, 1e-5 * softplus + 1e-30) << "softplus of " << x[i];
+    }
+
+    const int64_t d_k = 16, n_k = 2, d_v = 12, n_v = 4, n_slots = 2, size = n_v * d_k * d_v;
+    const std::vector<int32_t> seq_of{0, 1, 1, 0, 1, 0, 0}, slots{1, 0};
+    const auto n_tokens = static_cast<int64_t>(seq_of.size());
+    const std::vector<float> q = random_floats(size_t(d_k * n_k * n_tokens), 87, 0.3f), k = random_floats(q.size(), 88, 0.3f);
+    const std::vector<float> v = random_floats(size_t(d_v * n_v * n_tokens), 89);
+    std::vector<float> g = random_floats(size_t(n_v * n_tokens), 93, 1.5f), beta = random_floats(g.size(), 94, 0.5f);
+    for (float& y : g) y = y - 1.5f;
+    for (float& y : beta) y = y + 0.5f;
+    const std::vector<float> state = random_floats(size_t(size * n_slots), 95, 0.5f);
+    clear_graph();
+    const auto heads = [&](const std::vector<float>& data, int64_t dim, int64_t count) {
+        return add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {dim, count, n_tokens}, {f32_weight(data, dim * count, n_tokens)});
+    };
+    const int32_t qn = heads(q, d_k, n_k), kn = heads(k, d_k, n_k), vn = heads(v, d_v, n_v);
+    const int32_t gn = f32_weight(g, n_v, n_tokens), bn = f32_weight(beta, n_v, n_tokens);
+    const int32_t st = leaf(CELLM_OP_STATE, CELLM_TYPE_F32, size, n_slots, state.data());
+    const int32_t seq_in = input(CELLM_INPUT_TOKEN_SEQ, {n_tokens}), slots_in = input(CELLM_INPUT_STATE_SLOTS, {2});
+    const int32_t dn = add(CELLM_OP_DELTA_NET, CELLM_TYPE_F32, {d_v, n_v, n_tokens}, {qn, kn, vn, gn, bn, st, seq_in, slots_in}, {0});
+    ASSERT_EQ(prepare({dn}), "");
+    ASSERT_EQ(execute({{seq_in, seq_of}, {slots_in, slots}}), "");
+    std::vector<float> advanced = state;
+    expect_near_all(results[0], delta_net_in_order(q, k, v, g, beta, advanced, seq_of, slots, d_k, n_k, d_v, n_v, false),
+                    1e-5f, "delta net outputs");
+    expect_near_all(read_leaf(*this, st), advanced, 1e-5f, "delta net state");
 }
 
 TEST_F(VulkanFast, AttentionFollowsTheSoftmaxMath) {

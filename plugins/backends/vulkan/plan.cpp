@@ -385,7 +385,8 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
         d.kind = graph::op_name(n.op);
         Push p{d};
         switch (n.op) {
-        case CELLM_OP_WEIGHT: case CELLM_OP_KV_CACHE: case CELLM_OP_INPUT: case CELLM_OP_RESHAPE: continue;
+        case CELLM_OP_WEIGHT: case CELLM_OP_KV_CACHE: case CELLM_OP_STATE: case CELLM_OP_INPUT: case CELLM_OP_RESHAPE:
+            continue;
         case CELLM_OP_GET_ROWS: {
             input_of(i, 1, "row ids");
             const Node& table = node(src(0));
@@ -496,7 +497,7 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             break;
         }
         case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_SILU: case CELLM_OP_GELU:
-        case CELLM_OP_TANH: case CELLM_OP_GLU: {
+        case CELLM_OP_TANH: case CELLM_OP_GLU: case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: {
             if (fused_add[idx]) continue;  // done by the product before it
             if (glu_product[idx]) {
                 const Node& gate = node(src(0));
@@ -524,6 +525,8 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             case CELLM_OP_SILU: op = 3; break;
             case CELLM_OP_GELU: op = 4; break;
             case CELLM_OP_TANH: op = 5; break;
+            case CELLM_OP_SIGMOID: op = 8; break;
+            case CELLM_OP_SOFTPLUS: op = 9; break;
             default: op = n.iparams[0] == 0 ? 6 : 7; break;
             }
             const bool binary = n.op == CELLM_OP_ADD || n.op == CELLM_OP_MUL || n.op == CELLM_OP_GLU;
@@ -703,6 +706,36 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             emit(s, {range(src(1)), range(src(2))}, {range(i)});
             break;
         }
+        case CELLM_OP_SSM_CONV: {
+            // The sequence rows and state slots come from INPUT nodes, checked on the host (check_inputs).
+            for (int k : {3, 4}) input_of(i, k, "sequence rows and state slots");
+            const Node& x = node(src(0));
+            const Node& state = node(src(2));
+            const int64_t kernel = node(src(1)).ne[0], n_seqs = node(src(4)).ne[0];
+            if (kernel > 16) fail(i, CELLM_ERR_UNSUPPORTED, "kernel of " + std::to_string(kernel) + " taps, at most 16");
+            d.shader = "ssm_conv";
+            p << address(src(0)) << address(src(1)) << address(src(2)) << address(src(3)) << address(src(4)) << address(i)
+              << u32(x.ne[0]) << u32(x.ne[1]) << u32(kernel) << u32(n_seqs) << u32(state.ne[0]);
+            d.groups = grid(static_cast<uint64_t>(n_seqs * x.ne[0]), 64);
+            emit(d, {range(src(0)), range(src(1)), range(src(2)), range(src(3)), range(src(4))}, {range(i), range(src(2))});
+            break;
+        }
+        case CELLM_OP_DELTA_NET: {
+            for (int k : {6, 7}) input_of(i, k, "sequence rows and state slots");
+            const Node& q = node(src(0));
+            const Node& v = node(src(2));
+            const Node& state = node(src(5));
+            const int64_t n_seqs = node(src(7)).ne[0];
+            d.shader = "delta_net";
+            for (int k = 0; k < 8; ++k) p << address(src(k));
+            p << address(i) << u32(q.ne[0]) << u32(q.ne[1]) << u32(v.ne[0]) << u32(v.ne[1]) << u32(q.ne[2]) << u32(n_seqs)
+              << u32(state.ne[0]) << uint32_t{n.iparams[0] == 1 ? 1u : 0u};
+            d.groups = grid(static_cast<uint64_t>(n_seqs * v.ne[1] * v.ne[0]), 64);
+            std::vector<Range> r;
+            for (int k = 0; k < 8; ++k) r.push_back(range(src(k)));
+            emit(d, r, {range(i), range(src(5))});
+            break;
+        }
         default: fail(i, CELLM_ERR_UNSUPPORTED, "op not supported by this backend");
         }
     }
@@ -826,6 +859,12 @@ void Plan::check_inputs(const std::vector<const std::byte*>& inputs) const {
         else if (n.op == CELLM_OP_KV_STORE) graph::check_slots(prefix, nodes, i, data(n, 2));
         else if (n.op == CELLM_OP_ATTENTION) graph::check_attention_inputs(prefix, nodes, i, data(n, 3), data(n, 4), data(n, 5));
         else if (n.op == CELLM_OP_SET_ROWS) graph::check_set_rows(prefix, nodes, i, data(n, 2));
+        else if (n.op == CELLM_OP_SSM_CONV)
+            graph::check_state_rows(prefix, nodes, i, nodes[static_cast<size_t>(n.src[2])], data(n, 3), n.ne[1], data(n, 4),
+                                    nodes[static_cast<size_t>(n.src[4])].ne[0]);
+        else if (n.op == CELLM_OP_DELTA_NET)
+            graph::check_state_rows(prefix, nodes, i, nodes[static_cast<size_t>(n.src[5])], data(n, 6), n.ne[2], data(n, 7),
+                                    nodes[static_cast<size_t>(n.src[7])].ne[0]);
     }
 }
 

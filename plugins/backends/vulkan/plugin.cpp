@@ -41,13 +41,7 @@ bool weight_type(cellm_dtype type) {
     }
 }
 
-// The recurrent layers' ops (ABI 1.2) have no shaders yet: declined, so a Qwen3.5 graph fails its check with one
-// line naming the node.
-bool recurrent_op(cellm_op op) {
-    return op == CELLM_OP_SIGMOID || op == CELLM_OP_SOFTPLUS || op == CELLM_OP_STATE || op == CELLM_OP_SSM_CONV ||
-           op == CELLM_OP_DELTA_NET;
-}
-bool accepts(cellm_op op, cellm_dtype type) { return !recurrent_op(op) && graph::op_accepts(op, type, weight_type); }
+bool accepts(cellm_op op, cellm_dtype type) { return graph::op_accepts(op, type, weight_type); }
 
 cellm_status* create(const cellm_option* options, size_t n_options, cellm_backend** out) {
     return guard([&]() -> cellm_status* {
