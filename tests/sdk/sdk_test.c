@@ -204,7 +204,7 @@ static void host_run(const char* manifest, const char* model, const char* prompt
                      host_reply* reply, const char* image) {
     char max[16];
     snprintf(max, sizeof max, "%d", (int)max_tokens);
-    char* argv[16];
+    char* argv[20];
     int n = 0;
     argv[n++] = (char*)cfg.host;
     argv[n++] = "run";
