@@ -172,6 +172,9 @@ void register_matmuls() {
                 register_matmul(s, {type, s.k, s.m, sessions_columns, 2, false});
             }
             if (!s.prefill) continue;
+            // One thread too for the quantized tiles: its CPU time is a steadier measure on a busy machine.
+            if (blocks::has_q8_dot(type) || blocks::has_q8k_dot(type))
+                register_matmul(s, {type, s.k, s.m, prefill_columns, 1, false});
             register_matmul(s, {type, s.k, s.m, prefill_columns, 2, false});
             // The integer tiles against expanding the weights for SGEMM, on the types models use most.
             if (type == CELLM_TYPE_Q8_0 || type == CELLM_TYPE_Q4_1)

@@ -41,44 +41,63 @@ TEST(OpenblasKernels, QuantizedRowsMatchTheReference) {
                 table->dequantize[s](row.data(), got.data(), k / 32);
                 EXPECT_EQ(got, want);
             }
-            // Tiles of rows and columns with remainders on both sides: 7 rows, 15 columns (groups of 8 and 6, then one).
-            const int64_t m = 7, n = 15, nb = k / 32;
-            const uint64_t row_bytes = cellm::blocks::row_bytes(type, k);
-            std::vector<uint8_t> rows(row_bytes * m);
-            cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
-            // The columns as this table's quantizer writes them (checked against blocks:: below).
-            std::vector<int8_t> codes(k * n);
-            std::vector<float> scales(nb * n), sums(nb * n);
-            std::vector<int32_t> offsets(nb * 8 * n);
-            for (int64_t c = 0; c < n; ++c)
-                table->quantize_q8(random_floats(k, 10 + unsigned(c), 3.0f).data(), k, codes.data() + c * k,
-                                   scales.data() + c * nb, sums.data() + c * nb, offsets.data() + c * nb * 8);
-            if (table->dot_q8[s] == nullptr) continue;
-            std::vector<float> y(m * n, -1.0f);
-            cellm::openblas::Q8Columns columns{codes.data(), scales.data(), sums.data(), offsets.data(), nb};
-            std::vector<std::byte> packed;
-            if (table->pack_columns != nullptr) {
-                packed.resize(table->pack_columns(columns, n, nullptr));
-                table->pack_columns(columns, n, packed.data());
-                columns.packed = packed.data();
-            }
-            table->dot_q8[s](rows.data(), row_bytes, m, columns, n, y.data(), m);
-            for (int64_t c = 0; c < n; ++c)
-                for (int64_t r = 0; r < m; ++r)
-                    EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8(type, rows.data() + r * row_bytes, codes.data() + c * k,
-                                                                 scales.data() + c * nb, sums.data() + c * nb, k))
-                        << "row " << r << " column " << c;
         }
     }
+}
+
+// Tiles of rows and columns with remainders on both sides, 7 rows against: 15 columns (pair groups of 8 and 6,
+// then one), 16 and 32 (whole lane groups of 16), 23 (a lane group, then pairs and one), 29 (a padded lane group)
+// and 40 (two lane groups, then a group of 8 pairs); rows of 256 (one span of blocks) and 1024 (spans of 14 and
+// the rest, which the lane tiles carry their sums across).
+TEST(OpenblasKernels, QuantizedProductsMatchTheReference) {
+    for (const Kernels* table : runnable_tables())
+        for (cellm_dtype type : {CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0, CELLM_TYPE_Q5_1})
+            for (const int64_t k : {256, 1024})
+                for (const int64_t n : {15, 16, 23, 29, 32, 40}) {
+                    SCOPED_TRACE(std::string(table->isa) + " type " + std::to_string(type) + ", k " +
+                                 std::to_string(k) + ", columns " + std::to_string(n));
+                    const int s = cellm::openblas::slot(type);
+                    if (table->dot_q8[s] == nullptr) continue;
+                    const int64_t m = 7, nb = k / 32;
+                    const uint64_t row_bytes = cellm::blocks::row_bytes(type, k);
+                    std::vector<uint8_t> rows(row_bytes * m);
+                    cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
+                    // The columns as this table's quantizer writes them (checked against blocks:: below).
+                    std::vector<int8_t> codes(k * n);
+                    std::vector<float> scales(nb * n), sums(nb * n);
+                    std::vector<int32_t> offsets(nb * 8 * n);
+                    for (int64_t c = 0; c < n; ++c)
+                        table->quantize_q8(random_floats(k, 10 + unsigned(c), 3.0f).data(), k, codes.data() + c * k,
+                                           scales.data() + c * nb, sums.data() + c * nb, offsets.data() + c * nb * 8);
+                    cellm::openblas::Q8Columns columns{codes.data(), scales.data(), sums.data(), offsets.data(), nb};
+                    std::vector<std::byte> packed;
+                    if (table->pack_columns != nullptr) {
+                        // In three parts, as three threads would.
+                        packed.resize(table->pack_columns(columns, n, s, nullptr, 0, 1));
+                        for (int64_t part : {2, 0, 1}) table->pack_columns(columns, n, s, packed.data(), part, 3);
+                        columns.packed = packed.data();
+                    }
+                    std::vector<float> y(m * n, std::nanf(""));
+                    table->dot_q8[s](rows.data(), row_bytes, m, columns, n, y.data(), m);
+                    for (int64_t c = 0; c < n; ++c)
+                        for (int64_t r = 0; r < m; ++r)
+                            EXPECT_EQ(y[c * m + r],
+                                      cellm::blocks::dot_q8(type, rows.data() + r * row_bytes, codes.data() + c * k,
+                                                            scales.data() + c * nb, sums.data() + c * nb, k))
+                                << "row " << r << " column " << c;
+                }
 }
 
 // K-quant rows against Q8_K columns: every table's integer dot equals blocks::dot_q8_k bit for bit, and that
 // reference equals the dequantized row times the rounded activations up to float rounding (so its integer
 // decomposition, the mins and Q6_K's +32, means what the dequantizer means).
+// Column counts: 6 (four, then rows of one), 16 and 32 (whole lane groups of 16), 23 (a lane group, then the
+// row kernels), 29 (a padded lane group); 7 rows leave a remainder after tiles of 4.
 TEST(OpenblasKernels, KQuantRowsMatchTheReference) {
-    const int64_t k = 768, m = 7, n = 6, nb = k / 256;
-    for (cellm_dtype type : {CELLM_TYPE_Q4_K, CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K}) {
-        SCOPED_TRACE("type " + std::to_string(type));
+    const int64_t k = 768, m = 7, nb = k / 256;
+    for (cellm_dtype type : {CELLM_TYPE_Q4_K, CELLM_TYPE_Q5_K, CELLM_TYPE_Q6_K})
+    for (const int64_t n : {6, 16, 23, 29, 32}) {
+        SCOPED_TRACE("type " + std::to_string(type) + ", columns " + std::to_string(n));
         const uint64_t row_bytes = cellm::blocks::row_bytes(type, k), block_bytes = row_bytes / nb;
         std::vector<uint8_t> rows(row_bytes * m);
         cellm::blocks::quantize_row(type, random_floats(k * m, 5).data(), rows.data(), k * m);
@@ -120,8 +139,15 @@ TEST(OpenblasKernels, KQuantRowsMatchTheReference) {
         for (const Kernels* table : runnable_tables()) {
             SCOPED_TRACE(table->isa);
             if (table->dot_q8k[s] == nullptr) continue;
-            std::vector<float> y(m * n, -1.0f);
-            table->dot_q8k[s](rows.data(), row_bytes, m, {codes.data(), scales.data(), sums.data(), nb}, n, y.data(), m);
+            std::vector<float> y(m * n, std::nanf(""));
+            cellm::openblas::Q8KColumns columns{codes.data(), scales.data(), sums.data(), nb};
+            std::vector<std::byte> packed;
+            if (table->pack_k_columns != nullptr) {
+                packed.resize(table->pack_k_columns(columns, n, nullptr, 0, 1));
+                for (int64_t part : {1, 0}) table->pack_k_columns(columns, n, packed.data(), part, 2);
+                columns.packed = packed.data();
+            }
+            table->dot_q8k[s](rows.data(), row_bytes, m, columns, n, y.data(), m);
             for (int64_t c = 0; c < n; ++c)
                 for (int64_t r = 0; r < m; ++r)
                     EXPECT_EQ(y[c * m + r], cellm::blocks::dot_q8_k(type, rows.data() + r * row_bytes, codes.data() + c * k,

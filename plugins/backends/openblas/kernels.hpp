@@ -26,9 +26,10 @@ struct Q8Columns {
     const void* packed = nullptr;
 };
 
-// Lays n_cols quantized columns out as the table's dot_q8 reads them best, into `out` (which holds at least
-// the bytes it returns for out == nullptr). Done once per product, shared by every thread.
-using PackColumns = size_t (*)(const Q8Columns& x, int64_t n_cols, void* out);
+// Lays n_cols quantized columns out as the table's dot_q8[slot] reads them best, into `out` (which holds at
+// least the bytes it returns for out == nullptr). Done once per product, shared by every thread: call p of
+// `parts` (p = 0 .. parts - 1, in any order or at once) writes its share of the layout.
+using PackColumns = size_t (*)(const Q8Columns& x, int64_t n_cols, int slot, void* out, int64_t part, int64_t parts);
 
 // Quantizes n floats (a multiple of 32) as blocks::quantize_q8 does, bit for bit, and fills the offsets above.
 using QuantizeQ8 = void (*)(const float* x, int64_t n, int8_t* codes, float* scales, float* sums, int32_t* offsets);
@@ -45,7 +46,12 @@ struct Q8KColumns {
     const float* scales;
     const int16_t* sums;
     int64_t n_blocks;
+    // The same columns as the table's pack_k_columns laid them out, or nullptr when the table has none.
+    const void* packed = nullptr;
 };
+
+// As PackColumns, for Q8_K columns and dot_q8k.
+using PackKColumns = size_t (*)(const Q8KColumns& x, int64_t n_cols, void* out, int64_t part, int64_t parts);
 
 // Quantizes n floats (a multiple of 256) to Q8_K blocks as blocks::quantize_q8_k does, bit for bit.
 using QuantizeQ8K = void (*)(const float* x, int64_t n, int8_t* codes, float* scales, int16_t* sums);
@@ -80,6 +86,7 @@ struct Kernels {
     void (*dots_f16)(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* out);
     void (*weighted_sum_f16)(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count,
                              int64_t n, float* out);
+    PackKColumns pack_k_columns = nullptr;  // nullptr: dot_q8k reads Q8KColumns directly
 };
 
 // Which entry of dot_q8/dequantize serves a weight type, or -1.

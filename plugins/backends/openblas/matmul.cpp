@@ -46,6 +46,17 @@ void expand_rows(const cpu::Node& w, int64_t r0, int64_t r1, float* out) {
     }
 }
 
+// Columns from which the threads share the packing of the columns: below, the layout is small and handing it to
+// the pool would cost a decode step's matmul more than the packing itself.
+constexpr int64_t pack_split_columns = 16;
+
+// The parts the packing of n columns goes in: one per thread for prefill, one on the calling thread below.
+template <class Pack>
+void pack_in_parts(ThreadPool& pool, int64_t n, Pack pack) {
+    if (n < pack_split_columns) pack(0, 1);
+    else pool.run(pool.size(), [&](int64_t part, int) { pack(part, pool.size()); });
+}
+
 // The quantized path for weight types with a Q8 dot product: bit-equal to the reference for any split.
 void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 32;
@@ -58,13 +69,15 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
         kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
     });
     Q8Columns columns{codes, scales, sums, offsets, nb};
-    if (kern.pack_columns != nullptr) {
-        s.packed.resize(kern.pack_columns(columns, n, nullptr));
-        kern.pack_columns(columns, n, s.packed.data());
+    const int sl = slot(w.type);
+    if (kern.pack_columns != nullptr && sl >= 0) {
+        s.packed.resize(kern.pack_columns(columns, n, sl, nullptr, 0, 1));
+        pack_in_parts(pool, n, [&](int64_t part, int64_t parts) {
+            kern.pack_columns(columns, n, sl, s.packed.data(), part, parts);
+        });
         columns.packed = s.packed.data();
     }
 
-    const int sl = slot(w.type);
     const RowsDotQ8 fast = sl >= 0 ? kern.dot_q8[sl] : nullptr;
     const cellm_dtype type = w.type;
     const uint64_t row_bytes = blocks::row_bytes(type, k);
@@ -91,7 +104,14 @@ void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thre
     pool.run(n, [&](int64_t c, int) {
         kern.quantize_q8k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
     });
-    const Q8KColumns columns{codes, scales, sums, nb};
+    Q8KColumns columns{codes, scales, sums, nb};
+    if (kern.pack_k_columns != nullptr) {
+        s.packed.resize(kern.pack_k_columns(columns, n, nullptr, 0, 1));
+        pack_in_parts(pool, n, [&](int64_t part, int64_t parts) {
+            kern.pack_k_columns(columns, n, s.packed.data(), part, parts);
+        });
+        columns.packed = s.packed.data();
+    }
     const int sl = k_slot(w.type);
     const RowsDotQ8K fast = sl >= 0 ? kern.dot_q8k[sl] : nullptr;
     const cellm_dtype type = w.type;

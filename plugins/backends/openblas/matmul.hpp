@@ -3,6 +3,8 @@
 //   quantized once to Q8 blocks and meets tiles of weight rows block by block as integers. Bit-equal to the
 //   reference, and as fast at prefill as expanding the weights for SGEMM (bench/kernels_bench measures both).
 // - K-quants (Q4_K, Q5_K, Q6_K): the same with Q8_K blocks of 256 (blocks::dot_q8_k); bit-equal too.
+// - Both lay the quantized columns out once per product for the kernel table (pack_columns, pack_k_columns),
+//   the threads sharing that work; from 16 columns on the AVX-512 table reads them sixteen to a register.
 // - Float types (F32, F16, BF16) with many columns: the activations are rounded as MATMUL defines,
 //   each thread expands a panel of weight rows to floats and multiplies it with OpenBLAS SGEMM; with few
 //   columns each expanded row meets the columns directly. Equal to the reference up to summation order.
