@@ -32,52 +32,9 @@ fs::path text_gguf() { return pair() / "smolvlm-tiny-F32.gguf"; }
 fs::path mmproj_gguf() { return pair() / "mmproj-smolvlm-tiny-F16.gguf"; }
 const nlohmann::json& reference() { return smolvlm_reference(); }
 
-class SmolVlmGguf : public ::testing::TestWithParam<std::string> {
+class SmolVlmGguf : public SmolVlmFixture {
 protected:
-    void SetUp() override {
-        EngineOptions options;
-        options.context_length = 128;
-        options.max_sequences = 2;
-        options.kv_type = CELLM_TYPE_F32;
-        stack_ = make_stack(text_gguf(), GetParam(), options, mmproj_gguf());
-        prompter_ = std::make_unique<ImagePrompter>(*stack_.model, *stack_.backend, stack_.engine->weights());
-        n_vocab_ = reference().at("n_vocab").get<size_t>();
-    }
-
-    ImagePrompter::Prompt build(const nlohmann::json& c) {
-        const std::vector<uint8_t> bytes = image_bytes(c.at("image").get<std::string>());
-        const std::span<const uint8_t> images[] = {bytes};
-        return prompter_->build(c.at("prompt").get<std::string>(), images, false);
-    }
-
-    // The logits of every position of `prompt`, run through a fresh sequence in steps of `chunk` tokens.
-    std::vector<float> logits(const ImagePrompter::Prompt& prompt, size_t chunk) {
-        Engine& engine = *stack_.engine;
-        const int32_t seq = engine.create_sequence();
-        std::vector<float> all, step;
-        const auto n_embd = static_cast<size_t>(engine.model().info().n_embd);
-        for (size_t from = 0; from < prompt.tokens.size(); from += chunk) {
-            const size_t n = std::min(chunk, prompt.tokens.size() - from);
-            std::vector<Engine::EmbeddedRow> rows;
-            if (prompt.embeddings != nullptr) {
-                const auto& at = prompt.embeddings->positions;
-                for (size_t i = 0; i < at.size(); ++i) {
-                    if (at[i] >= static_cast<int32_t>(from) && at[i] < static_cast<int32_t>(from + n)) {
-                        rows.push_back({at[i] - static_cast<int32_t>(from), prompt.embeddings->values.data() + i * n_embd});
-                    }
-                }
-            }
-            const Engine::Work work{seq, std::span(prompt.tokens).subspan(from, n), LogitsWanted::All, rows};
-            engine.step(std::span(&work, 1), step);
-            all.insert(all.end(), step.begin(), step.end());
-        }
-        engine.release_sequence(seq);
-        return all;
-    }
-
-    Stack stack_;
-    std::unique_ptr<ImagePrompter> prompter_;
-    size_t n_vocab_ = 0;
+    void SetUp() override { open(text_gguf(), mmproj_gguf()); }
 };
 
 TEST_P(SmolVlmGguf, ThePairIsOneIdefics3ModelReadInPlace) {

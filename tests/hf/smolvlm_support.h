@@ -5,9 +5,14 @@
 
 #include "test_support.h"
 
+#include "vision/image_prompt.h"
+
+#include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -28,5 +33,20 @@ std::vector<uint8_t> image_bytes(const std::string& name);
 double worst_cosine(const std::vector<float>& got, const std::vector<float>& want, size_t n);
 // Every backend plugin's name.
 std::vector<std::string> all_backends();
+
+// A SmolVLM on the backend the test is given, with its image prompter: the suites' fixtures open their model in
+// SetUp (the folder, or a text GGUF with its mmproj).
+class SmolVlmFixture : public ::testing::TestWithParam<std::string> {
+protected:
+    void open(const std::filesystem::path& model, const std::filesystem::path& mmproj = {});
+    // The prompt of a reference case (its "image" and "prompt"), images and tokens made by the prompter.
+    ImagePrompter::Prompt build(const nlohmann::json& c);
+    // The logits of every position of `prompt`, run through a fresh sequence in steps of `chunk` tokens.
+    std::vector<float> logits(const ImagePrompter::Prompt& prompt, size_t chunk);
+
+    Stack stack_;
+    std::unique_ptr<ImagePrompter> prompter_;
+    size_t n_vocab_ = 0;
+};
 
 }  // namespace cellm::testing
