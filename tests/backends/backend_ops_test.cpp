@@ -687,6 +687,16 @@ TEST_P(BackendOps, MatmulWithManyColumns) {
     }
 }
 
+// A wide F32 batch (a vision encoder's patches): past 1024 columns openblas runs column blocks of the weight in
+// place (matmul.hpp's wide_columns); 2100 columns make two whole blocks and a remainder.
+TEST_P(BackendOps, WideFloatBatchFollowsTheDoubleMath) {
+    Instance scalar;
+    ASSERT_EQ(scalar.open(scalar_iface()), "");
+    std::vector<MatmulCase> cases = {{CELLM_TYPE_F32, 96, 37, 2100, 901}};
+    ASSERT_NO_FATAL_FAILURE(run_beside_scalar(scalar, cases));
+    expect_near_all(results[0], matmul_reference(cases[0].weights(), cases[0].x(), cases[0].n), 1e-5f, "wide matmul");
+}
+
 // Longer rows of the integer-defined types, against scalar only (the reference's fp16 sums drift past the 1e-5
 // bar over thousands of terms): 2304 and 4352 make rows of more than 8 K-quant blocks, and 4352 a column too
 // long for a device backend to quantize inside its decode product.

@@ -141,6 +141,19 @@ const float* round_columns(const cpu::Node& w, const cpu::Node& x, MatmulScratch
 void matmul_sgemm(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows();
     const float* rounded = round_columns(w, x, s);
+    if (w.type == CELLM_TYPE_F32 && n >= wide_columns) {
+        // A wide batch of an F32 weight (a vision encoder's thousands of patches): the weight is read in place and
+        // the columns go in blocks, each one SGEMM over every row, so OpenBLAS packs each column once instead of
+        // once per panel of rows. The block width does not depend on the thread count, so neither do the results.
+        const auto* weight = reinterpret_cast<const float*>(w.data);
+        pool.run((n + wide_columns - 1) / wide_columns, [&](int64_t task, int) {
+            const int64_t c0 = task * wide_columns, c1 = std::min(n, c0 + wide_columns);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(c1 - c0), static_cast<blasint>(m),
+                        static_cast<blasint>(k), 1.0f, rounded + c0 * k, static_cast<blasint>(k), weight,
+                        static_cast<blasint>(k), 0.0f, y.f32() + c0 * m, static_cast<blasint>(m));
+        });
+        return;
+    }
     s.panels.resize(static_cast<size_t>(pool.size()));
     // Panels of at most ~256 KiB of floats keep the expanded rows in the core's L2 for SGEMM. The panel height
     // must not depend on the thread count: OpenBLAS rounds differently for different panel shapes, and results

@@ -19,6 +19,8 @@ namespace cellm::openblas {
 
 // Columns from which SGEMM beats expanded rows meeting each column (bench/kernels_bench).
 inline constexpr int64_t blas_min_columns = 8;
+// Columns from which an F32 product goes in column blocks of this width (matmul_sgemm).
+inline constexpr int64_t wide_columns = 1024;
 
 // Memory the matmuls of one backend instance reuse from step to step.
 struct MatmulScratch {
