@@ -223,7 +223,7 @@ void StepGraph::execute(const Inputs& inputs, float* out_data, size_t n_out) {
     std::vector<cellm_input_binding> bindings;
     bindings.reserve(input_nodes_.size());
     for (const auto& [node, kind] : input_nodes_) {
-        if (kind == CELLM_INPUT_EMBEDDINGS || kind == CELLM_INPUT_PIXELS) {
+        if (f32_input(kind)) {
             const std::vector<float>& data = kind == CELLM_INPUT_PIXELS ? inputs.pixels : inputs.embeddings;
             bindings.push_back({node, data.data(), data.size() * sizeof(float)});
         } else {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace cellm {
 
@@ -78,8 +79,8 @@ std::shared_ptr<const ImagePrompter::Encoded> ImagePrompter::encode(std::span<co
     auto e = std::make_shared<Encoded>();
     e->key = key;
     e->grid = vision::preprocess_idefics3(image, config_);
-    e->embeddings = encoder_.encode(e->grid.pixels, e->grid.frames);
-    e->grid.pixels = {};
+    e->embeddings = encoder_.encode(std::move(e->grid.pixels), e->grid.frames);
+    e->grid.pixels = {};  // moved from: valid but unspecified, so emptied
     ++encoded_;
     cache_.push_front(std::move(e));
     if (cache_.size() > max_cached_images) cache_.pop_back();

@@ -15,7 +15,7 @@ VisionEncoder::VisionEncoder(const Model& model, Backend& backend, const WeightS
 
 VisionEncoder::~VisionEncoder() = default;
 
-std::vector<float> VisionEncoder::encode(std::span<const float> pixels, int32_t n_images) {
+std::vector<float> VisionEncoder::encode(std::vector<float> pixels, int32_t n_images) {
     const cellm_arch_vision_info& v = *model_->vision();
     const auto side = static_cast<size_t>(v.image_size);
     if (n_images < 1 || pixels.size() != static_cast<size_t>(n_images) * 3 * side * side) {
@@ -29,7 +29,7 @@ std::vector<float> VisionEncoder::encode(std::span<const float> pixels, int32_t 
         it = graphs_.emplace(n_images, std::make_unique<StepGraph>(*model_, *backend_, *weights_, shape)).first;
     }
     StepGraph::Inputs inputs;
-    inputs.pixels.assign(pixels.begin(), pixels.end());
+    inputs.pixels = std::move(pixels);
     std::vector<float> out(static_cast<size_t>(v.n_embd) * static_cast<size_t>(v.tokens_per_image) *
                            static_cast<size_t>(n_images));
     it->second->execute(inputs, out.data(), out.size());

@@ -10,7 +10,7 @@
 
 #include <map>
 #include <memory>
-#include <span>
+#include <utility>
 #include <vector>
 
 namespace cellm {
@@ -22,9 +22,10 @@ public:
     VisionEncoder(const Model& model, Backend& backend, const WeightStore& weights);
     ~VisionEncoder();
 
-    // `pixels`: n_images planar RGB images of image_size x image_size, normalised as the model's processor does.
-    // Returns n_embd * tokens_per_image * n_images floats, image by image. Throws cellm::Error.
-    std::vector<float> encode(std::span<const float> pixels, int32_t n_images);
+    // `pixels`: n_images planar RGB images of image_size x image_size, normalised as the model's processor does
+    // (taken, not copied: they are the graph's input). Returns n_embd * tokens_per_image * n_images floats, image by
+    // image. Throws cellm::Error.
+    std::vector<float> encode(std::vector<float> pixels, int32_t n_images);
 
 private:
     const Model* model_;
