@@ -610,6 +610,15 @@ TEST_P(BackendOps, OptionsInfoAndCapabilities) {
     EXPECT_NE(message(be->create(&zero, 1, &other)).find("threads"), std::string::npos);
     const cellm_option typo{"thread", "2"};
     EXPECT_NE(message(be->create(&typo, 1, &other)).find("'thread'"), std::string::npos);
+    // Every backend takes the precision a manifest names (manifests move between backends), and only its values.
+    const cellm_option precision{"precision", "fastest"};
+    EXPECT_NE(message(be->create(&precision, 1, &other)).find("'precision' must be \"exact\" or \"fast\""),
+              std::string::npos);
+    for (const char* value : {"exact", "fast"}) {
+        const cellm_option valid{"precision", value};
+        ASSERT_EQ(message(be->create(&valid, 1, &other)), "") << value;
+        be->destroy(other);
+    }
 
     Instance plain;  // no options: the backend's default thread count
     ASSERT_EQ(plain.open(be), "");

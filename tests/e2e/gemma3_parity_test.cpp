@@ -8,6 +8,7 @@
 //  - scalar: teacher-forced logits against llama.cpp on kScalarPrompts only (87 of the 283 positions). The
 //    scalar backend is the slow reference (about 25 s a prompt here, 5 minutes for all six; the bars below were
 //    measured on all six), and openblas covers every prompt;
+//  - openblas with precision "fast": as openblas, with bars of its own against scalar and for greedy runs;
 //  - vulkan (exact precision, where it is built): teacher-forced logits against the scalar backend on
 //    kScalarPrompts, equal but for GELU's tanh (see TeacherForcedLogitsMatchScalar). That tanh alone moves this
 //    noisy model just past the llama.cpp cosine bar below (measured on lavapipe: 0.99503 against 0.99530; every
@@ -43,9 +44,10 @@ std::filesystem::path gemma3_path() { return models_dir() / "gemma-3-270m-q4_k_m
 constexpr size_t kScalarPrompts[] = {0, 5};
 
 const std::string kVulkanExact = "vulkan:precision=exact";
+const std::string kOpenblasFast = "openblas:precision=fast";
 
 std::vector<std::string> backends() {
-    std::vector<std::string> names{"scalar", "openblas"};
+    std::vector<std::string> names{"scalar", "openblas", kOpenblasFast};
     if (registry().find(CELLM_PLUGIN_BACKEND, "vulkan") != nullptr) names.push_back(kVulkanExact);
     return names;
 }
@@ -203,8 +205,18 @@ TEST_P(Gemma3Parity, TeacherForcedLogitsMatchScalar) {
                 worst_diff);
     // Every weight type in this file (Q8_0, Q5_0, Q4_K, Q6_K) has an integer-defined dot product, which the CPU
     // backends compute exactly as scalar does, and so does vulkan's exact precision (docs/vulkan.md).
-    if (GetParam() != kVulkanExact) {
+    if (GetParam() != kVulkanExact && GetParam() != kOpenblasFast) {
         EXPECT_EQ(worst_diff, 0.0);
+        return;
+    }
+    if (GetParam() == kOpenblasFast) {
+        // Every product sums in another order: measured, cosine 0.99721 and largest difference 3.11. The bar is
+        // llama.cpp's own difference between its batch pass and its token-by-token decode of the same tokens.
+        double self_diff = 0.0;
+        for (const auto& p : reference()["prompts"])
+            self_diff = std::max(self_diff, p["batch_vs_decode_max_abs_diff"].get<double>());
+        EXPECT_GE(worst_cosine, 0.99);
+        EXPECT_LE(worst_diff, self_diff);
         return;
     }
     // But Gemma's GEGLU takes a tanh, which the reference gets from libm (glibc's tanhf, not correctly rounded:
@@ -256,7 +268,11 @@ TEST_P(Gemma3Parity, GreedyGenerationsMatchLlamaCpp) {
                 "llama.cpp's first near tie\n",
                 GetParam().c_str(), identical, total, reference()["generator"]["greedy_tokens"].get<int>(),
                 reference()["llama_cpp_self_agreement"]["greedy_identical"].get<int>(), identical_to_near_tie, total);
-    EXPECT_GE(identical_to_near_tie, 5);
+    // Fast precision rounds every product differently from llama.cpp, whose exact order openblas's exact
+    // precision follows, and this model turns that into earlier splits: measured 4 of 6 (exact: 6; llama.cpp's
+    // flash-attention-off run against its reference: 6). Its bar is what was measured, written in
+    // docs/benchmarks.md beside the speed it buys.
+    EXPECT_GE(identical_to_near_tie, GetParam() == kOpenblasFast ? 4 : 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, Gemma3Parity, ::testing::ValuesIn(backends()), [](const auto& param_info) {

@@ -42,18 +42,26 @@ cellm_status* create(const cellm_option* options, size_t n_options, cellm_backen
     return guard([&]() -> cellm_status* {
         if (out == nullptr || (n_options > 0 && options == nullptr))
             return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "create needs an output pointer and options");
-        int threads = 0;
+        ExecutorOptions settings;
         for (size_t i = 0; i < n_options; ++i) {
             const std::string key = options[i].key != nullptr ? options[i].key : "";
             const std::string value = options[i].value != nullptr ? options[i].value : "";
-            if (key != "threads") return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "unknown option '" + key + "'");
-            const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), threads);
-            if (ec != std::errc() || end != value.data() + value.size() || threads <= 0)
-                return error(CELLM_ERR_INVALID_ARGUMENT,
-                             error_prefix() + "option 'threads' must be a positive integer, got '" + value + "'");
+            if (key == "threads") {
+                const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), settings.threads);
+                if (ec != std::errc() || end != value.data() + value.size() || settings.threads <= 0)
+                    return error(CELLM_ERR_INVALID_ARGUMENT,
+                                 error_prefix() + "option 'threads' must be a positive integer, got '" + value + "'");
+            } else if (key == "precision") {
+                if (value != "exact" && value != "fast")
+                    return error(CELLM_ERR_INVALID_ARGUMENT,
+                                 error_prefix() + "option 'precision' must be \"exact\" or \"fast\", got '" + value + "'");
+                settings.fast = value == "fast";
+            } else {
+                return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "unknown option '" + key + "'");
+            }
         }
         auto backend = std::make_unique<cellm_backend>();
-        backend->executor = spec->make_executor(threads);
+        backend->executor = spec->make_executor(settings);
         *out = backend.release();
         return nullptr;
     });
@@ -102,7 +110,8 @@ cellm_status* buffer_wrap_host(cellm_backend* backend, const void* data, uint64_
 }
 
 void buffer_free(cellm_backend* backend, cellm_buffer* buffer) {
-    if (backend != nullptr) backend->buffers.erase(buffer);
+    if (backend != nullptr && buffer != nullptr && backend->buffers.erase(buffer) == 1)
+        backend->executor->forget(buffer->data, buffer->size);
     delete buffer;
 }
 

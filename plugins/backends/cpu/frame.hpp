@@ -6,6 +6,8 @@
 
 #include <cellm/plugin.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 
 namespace cellm::cpu {
@@ -20,6 +22,15 @@ public:
     virtual void run(Plan& plan) = 0;
     // Threads it computes with, for get_info.
     virtual int threads() const = 0;
+    // The host is about to free the buffer [begin, begin + size): whatever the executor derived from its
+    // contents (repacked weights) must go, since the address may be reused for other data.
+    virtual void forget(const std::byte* /*begin*/, uint64_t /*size*/) {}
+};
+
+// The [backend] options every CPU backend takes.
+struct ExecutorOptions {
+    int threads = 0;    // the manifest's value, 0 when it has none
+    bool fast = false;  // precision = "fast": may leave the reference's order where a bound is written in docs
 };
 
 // A CPU backend plugin: its identity and how it makes an executor. A static object of the plugin.
@@ -28,8 +39,8 @@ struct BackendSpec {
     const char* version;
     const char* summary;      // one line for `cellm-host plugins`
     const char* device_name;  // cellm_backend_info.device_name
-    // `threads` is the manifest's value, 0 when it has none. Throws plugin::Failure for a value it refuses.
-    std::unique_ptr<Executor> (*make_executor)(int threads);
+    // Throws plugin::Failure for an option it refuses.
+    std::unique_ptr<Executor> (*make_executor)(const ExecutorOptions& options);
     // Device lines for `cellm-host plugins`.
     void (*describe)(void (*emit)(void* user, const char* line), void* user);
 };

@@ -2,6 +2,7 @@
 
 #include "blocks.h"
 #include "kernels.hpp"
+#include "memory.hpp"
 
 #include <cblas.h>
 
@@ -91,6 +92,39 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
                 y.f32()[c * m + r] = blocks::dot_q8(type, w.data + static_cast<uint64_t>(r) * row_bytes, codes + c * k,
                                                     scales + c * nb, sums + c * nb, k);
     });
+}
+
+// Fast precision's path for the block formats: the columns quantized as in matmul_q8, the rows repacked once.
+bool matmul_repacked(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s,
+                     RepackedWeights& repacked) {
+    const RepackedDot dot = repacked_dot();
+    const RepackedFormat* f = repacked_format(w.type);
+    // Only read-only weights: a writable buffer could change under its repacked copy.
+    if (dot == nullptr || f == nullptr || w.buffer == nullptr || w.buffer->writable) return false;
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 32;
+    int8_t* codes = sized(s.codes, n * k);
+    float* scales = sized(s.scales, n * nb);
+    float* sums = sized(s.sums, n * nb);
+    int32_t* offsets = sized(s.offsets, n * nb * 8);
+    int32_t* starts = sized(s.starts, n * nb);
+    const Kernels& kern = kernels();
+    pool.run(n, [&](int64_t c, int) {
+        kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
+        for (int64_t i = 0; i < nb; ++i) {
+            int32_t sum = 0;
+            for (int e = 0; e < 32; ++e) sum += codes[(c * nb + i) * 32 + e];
+            starts[c * nb + i] = -f->bias * sum;
+        }
+    });
+    const RepackedWeight& rows = repacked.get(w, pool);
+    const Q8Columns columns{codes, scales, sums, offsets, nb};
+    const int64_t groups = rows.groups();
+    const int64_t per_task = std::max<int64_t>(1, groups / (static_cast<int64_t>(pool.size()) * 8));
+    pool.run((groups + per_task - 1) / per_task, [&](int64_t task, int) {
+        const int64_t g0 = task * per_task;
+        dot(rows, g0, std::min(groups, g0 + per_task), columns, starts, n, y.f32(), m);
+    });
+    return true;
 }
 
 // The K-quants: each column quantized once to Q8_K blocks, then integer dots per block; bit-equal to the
@@ -192,7 +226,9 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
 
 }  // namespace
 
-void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch) {
+void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch,
+            RepackedWeights* repacked) {
+    if (repacked != nullptr && matmul_repacked(w, x, y, pool, scratch, *repacked)) return;
     if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch);
     else if (blocks::has_q8k_dot(w.type)) matmul_q8k(w, x, y, pool, scratch);
     else if (x.rows() >= blas_min_columns) matmul_sgemm(w, x, y, pool, scratch);

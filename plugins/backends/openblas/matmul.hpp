@@ -2,6 +2,8 @@
 // - Weight types with a Q8 dot product (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1), at any number of columns: each column is
 //   quantized once to Q8 blocks and meets tiles of weight rows block by block as integers. Bit-equal to the
 //   reference, and as fast at prefill as expanding the weights for SGEMM (bench/kernels_bench measures both).
+// - Fast precision: the block formats' rows repacked sixteen to a register, one float step per block
+//   (repacked.hpp); not bit-equal, bounded as docs/benchmarks.md writes.
 // - K-quants (Q4_K, Q5_K, Q6_K): the same with Q8_K blocks of 256 (blocks::dot_q8_k); bit-equal too.
 // - Both lay the quantized columns out once per product for the kernel table (pack_columns, pack_k_columns),
 //   the threads sharing that work; from 16 columns on the AVX-512 table reads them sixteen to a register.
@@ -11,6 +13,7 @@
 #pragma once
 
 #include "plan.hpp"
+#include "repacked.hpp"
 #include "thread_pool.hpp"
 
 #include <vector>
@@ -27,13 +30,17 @@ struct MatmulScratch {
     std::vector<int8_t> codes;          // Q8 activations, column after column
     std::vector<float> scales, sums;    // per block of 32, column after column
     std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
+    std::vector<int32_t> starts;        // fast precision: -bias * code sum per block of 32 (RepackedDot)
     std::vector<int16_t> k_sums;        // Q8_K: 16 per block of 256, column after column
     std::vector<std::byte> packed;      // the columns as the kernel table's pack_columns lays them out
     std::vector<float> rounded;         // activations as the weight type's dot product sees them
     std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
 };
 
-void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch);
+// `repacked` is nullptr in exact precision; in fast precision the block formats go through it (repacked.hpp)
+// where this CPU has the kernel.
+void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch,
+            RepackedWeights* repacked = nullptr);
 
 // The SGEMM path for any weight type: Y^T (n x m) = X (n x k) W^T with X rounded by blocks::round_activations
 // and W expanded panel by panel. MATMUL uses it for the float types; for the block formats it is only

@@ -43,7 +43,7 @@ int physical_cores() {
 
 class BlasExecutor final : public cpu::Executor {
 public:
-    explicit BlasExecutor(int threads) : pool_(threads) {}
+    BlasExecutor(int threads, bool fast) : pool_(threads), fast_(fast) {}
 
     void run(cpu::Plan& plan) override {
         angles_.clear();
@@ -51,15 +51,22 @@ public:
             const auto index = static_cast<int32_t>(i);
             const cpu::Node& node = plan.nodes[i];
             switch (node.op) {
-            case CELLM_OP_MATMUL: matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_); break;
+            case CELLM_OP_MATMUL:
+                matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_, fast_ ? &repacked_ : nullptr);
+                break;
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_); break;
             case CELLM_OP_SELF_ATTENTION: self_attention(plan, index, pool_, self_attention_); break;
             case CELLM_OP_ROPE: rope(plan, node); break;
             default: run_split(plan, index); break;
             }
         }
+        if (const auto [count, bytes] = repacked_.take_new(); count > 0)
+            plugin::log(CELLM_LOG_INFO, "openblas",
+                        "fast precision repacked " + std::to_string(count) + " weights (" + mib(bytes) + " MiB; " +
+                            mib(repacked_.bytes()) + " MiB held beside the model's own)");
     }
     int threads() const override { return pool_.size(); }
+    void forget(const std::byte* begin, uint64_t size) override { repacked_.forget(begin, size); }
 
 private:
     // The other ops through the reference kernels, rows split across the pool.
@@ -120,17 +127,21 @@ private:
         return plan.nodes[static_cast<size_t>(node.src[static_cast<size_t>(k)])];
     }
 
+    static std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 19)) >> 20); }
+
     ThreadPool pool_;
+    bool fast_;
+    RepackedWeights repacked_;
     MatmulScratch matmul_;
     AttentionScratch attention_;
     SelfAttentionScratch self_attention_;
     std::vector<Angles> angles_;  // this step's
 };
 
-std::unique_ptr<cpu::Executor> make_executor(int threads) {
+std::unique_ptr<cpu::Executor> make_executor(const cpu::ExecutorOptions& options) {
     // Each pool thread calls SGEMM on its own panel, so OpenBLAS must not start threads of its own.
     openblas_set_num_threads(1);
-    return std::make_unique<BlasExecutor>(threads > 0 ? threads : physical_cores());
+    return std::make_unique<BlasExecutor>(options.threads > 0 ? options.threads : physical_cores(), options.fast);
 }
 
 void describe(void (*emit)(void* user, const char* line), void* user) {

@@ -14,8 +14,9 @@ public:
     int threads() const override { return 1; }
 };
 
-// The manifest's thread count is accepted (manifests move between backends) but the reference runs on one.
-std::unique_ptr<cpu::Executor> make_executor(int) { return std::make_unique<ReferenceExecutor>(); }
+// The manifest's thread count and precision are accepted (manifests move between backends), but the reference
+// runs on one thread, in its own order: exact is within every fast bound.
+std::unique_ptr<cpu::Executor> make_executor(const cpu::ExecutorOptions&) { return std::make_unique<ReferenceExecutor>(); }
 
 void describe(void (*emit)(void* user, const char* line), void* user) {
     if (emit != nullptr) emit(user, "cpu: portable scalar reference");

@@ -1,0 +1,130 @@
+#include "repacked.hpp"
+
+#include "blocks.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+namespace cellm::openblas {
+namespace {
+
+// Where a stored block keeps its fields (ggml's layouts).
+struct Stored {
+    int64_t bytes;
+    int64_t m_at;   // fp16 min, or -1
+    int64_t qh_at;  // 32 fifth bits, or -1
+    int64_t qs_at;
+};
+
+Stored stored(cellm_dtype type) {
+    switch (type) {
+    case CELLM_TYPE_Q4_0: return {18, -1, -1, 2};
+    case CELLM_TYPE_Q4_1: return {20, 2, -1, 4};
+    case CELLM_TYPE_Q5_0: return {22, -1, 2, 6};
+    case CELLM_TYPE_Q5_1: return {24, 2, 4, 8};
+    default: return {34, -1, -1, 2};  // Q8_0
+    }
+}
+
+// Element e's code as an unsigned byte (the byte formats).
+uint8_t unsigned_code(cellm_dtype type, const Stored& s, const uint8_t* block, int e) {
+    if (type == CELLM_TYPE_Q8_0) return static_cast<uint8_t>(static_cast<int8_t>(block[s.qs_at + e]) + 128);
+    uint32_t qh;
+    std::memcpy(&qh, block + s.qh_at, sizeof qh);
+    const uint8_t nibble = e < 16 ? block[s.qs_at + e] & 0x0F : block[s.qs_at + e - 16] >> 4;
+    return static_cast<uint8_t>(nibble | (((qh >> e) & 1u) << 4));
+}
+
+// Rows of group g into `out` (the group's blocks).
+void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::byte* out) {
+    const Stored s = stored(w.type);
+    const int64_t k = w.ne[0], m = w.ne[1], nb = k / 32;
+    const uint64_t row_bytes = blocks::row_bytes(w.type, k);
+    std::memset(out, 0, static_cast<size_t>(nb * f.block_bytes()));
+    for (int64_t r = 0; r < group_rows && g * group_rows + r < m; ++r) {
+        const auto* row = reinterpret_cast<const uint8_t*>(w.data) + static_cast<uint64_t>(g * group_rows + r) * row_bytes;
+        for (int64_t i = 0; i < nb; ++i) {
+            const uint8_t* block = row + i * s.bytes;
+            auto* codes = reinterpret_cast<uint8_t*>(out + i * f.block_bytes());
+            if (f.nibbles) {
+                for (int q = 0; q < 4; ++q) std::memcpy(codes + q * 64 + r * 4, block + s.qs_at + 4 * q, 4);
+            } else {
+                for (int j = 0; j < 8; ++j)
+                    for (int t = 0; t < 4; ++t) codes[j * 64 + r * 4 + t] = unsigned_code(w.type, s, block, 4 * j + t);
+            }
+            std::memcpy(codes + f.code_bytes() + 2 * r, block, 2);
+            if (f.affine) std::memcpy(codes + f.code_bytes() + 32 + 2 * r, block + s.m_at, 2);
+        }
+    }
+}
+
+// Products no longer read the stored rows, so their pages go back to the kernel rather than stay resident beside
+// the copy: a file mapping's are read again from the file if anything (an embedding lookup) asks, anonymous
+// memory keeps its contents (swapped or left in place). Only whole pages inside the weight.
+void release_pages(const std::byte* data, uint64_t size) {
+#ifdef MADV_PAGEOUT
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
+    const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) / page * page;
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // advice: failure is fine
+#else
+    (void)data;
+    (void)size;
+#endif
+}
+
+}  // namespace
+
+const RepackedFormat* repacked_format(cellm_dtype type) {
+    static constexpr RepackedFormat q4_0{true, false, 8}, q4_1{true, true, 0}, q5_0{false, false, 16},
+        q5_1{false, true, 0}, q8_0{false, false, 128};
+    switch (type) {
+    case CELLM_TYPE_Q4_0: return &q4_0;
+    case CELLM_TYPE_Q4_1: return &q4_1;
+    case CELLM_TYPE_Q5_0: return &q5_0;
+    case CELLM_TYPE_Q5_1: return &q5_1;
+    case CELLM_TYPE_Q8_0: return &q8_0;
+    default: return nullptr;
+    }
+}
+
+const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool) {
+    auto found = by_address_.find(w.data);
+    if (found != by_address_.end() && found->second.type == w.type && found->second.k == w.ne[0] &&
+        found->second.m == w.ne[1])
+        return found->second;
+    if (found != by_address_.end()) {
+        bytes_ -= found->second.bytes;
+        by_address_.erase(found);
+    }
+    const RepackedFormat& f = *repacked_format(w.type);
+    RepackedWeight r;
+    r.type = w.type;
+    r.k = w.ne[0];
+    r.m = w.ne[1];
+    const int64_t group_bytes = r.k / 32 * f.block_bytes();
+    r.bytes = static_cast<uint64_t>(r.groups() * group_bytes);
+    r.data = cpu::AlignedBytes(r.bytes);
+    std::byte* base = r.data.data();
+    pool.run(r.groups(), [&](int64_t g, int) { repack_group(w, f, g, base + g * group_bytes); });
+    release_pages(w.data, blocks::row_bytes(w.type, r.k) * static_cast<uint64_t>(r.m));
+    bytes_ += r.bytes;
+    new_bytes_ += r.bytes;
+    ++new_count_;
+    return by_address_.emplace(w.data, std::move(r)).first->second;
+}
+
+void RepackedWeights::forget(const std::byte* begin, uint64_t size) {
+    for (auto it = by_address_.lower_bound(begin); it != by_address_.end() && it->first < begin + size;) {
+        bytes_ -= it->second.bytes;
+        it = by_address_.erase(it);
+    }
+}
+
+#if !defined(__x86_64__)
+RepackedDot repacked_dot() { return nullptr; }
+#endif
+
+}  // namespace cellm::openblas

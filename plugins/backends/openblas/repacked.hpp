@@ -1,0 +1,78 @@
+// Fast precision's products for the 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): weight rows
+// repacked once, at their first product, into groups of 16 rows interleaved four codes at a time, so that one
+// 512-bit register holds the same four codes of sixteen rows and one vpdpbusd adds four products to each row's
+// sum. A block's integer sum is complete in its lane, and it meets the floats once per block and column, as in
+// ggml's plain C dot product (sumf += d_w * d_a * sum + m_w * s_a), where exact precision keeps the reference's
+// eight float lanes per block and pays three float operations for every integer one.
+//
+// Layout of group g (rows 16g .. 16g + 15, zero rows past the end), block after block:
+// - codes: four chunks of 64 bytes for the nibble formats (chunk q: row r's stored bytes 4q .. 4q + 3 at 4r, low
+//   nibbles elements 4q.., high nibbles 16 + 4q..), eight chunks for the others (chunk j: row r's codes
+//   4j .. 4j + 3 as unsigned bytes: Q5's 0..31, Q8_0's q + 128);
+// - d: the 16 rows' fp16 scales as stored; m: their fp16 mins (Q4_1, Q5_1).
+// Q4_0, Q4_1 and Q8_0 keep their size; Q5_0 and Q5_1 grow by half (their codes unpacked to bytes).
+#pragma once
+
+#include "kernels.hpp"
+#include "memory.hpp"
+#include "plan.hpp"
+#include "thread_pool.hpp"
+
+#include <cellm/tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+namespace cellm::openblas {
+
+inline constexpr int64_t group_rows = 16;
+
+struct RepackedFormat {
+    bool nibbles;   // codes stay 4-bit (Q4_0, Q4_1)
+    bool affine;    // a min per block (Q4_1, Q5_1)
+    int32_t bias;   // what the unsigned codes carry over the stored value: 8, 16, 128, or 0 when affine
+    int64_t code_bytes() const { return nibbles ? 256 : 512; }
+    int64_t block_bytes() const { return code_bytes() + 32 + (affine ? 32 : 0); }
+};
+
+// The format of a weight type, or nullptr for types fast precision does not repack.
+const RepackedFormat* repacked_format(cellm_dtype type);
+
+struct RepackedWeight {
+    cellm_dtype type = CELLM_TYPE_F32;
+    int64_t k = 0, m = 0;  // row length and rows
+    uint64_t bytes = 0;
+    cpu::AlignedBytes data;
+    int64_t groups() const { return (m + group_rows - 1) / group_rows; }
+};
+
+// Rows [g0 * 16, g1 * 16) of a repacked weight against n_cols quantized columns:
+// y[c * y_stride + r] = sum over blocks of (d_r * scale_c) * (integer sum - bias * code sum) + m_r * sum_c.
+// `starts` holds, per column and block (c * n_blocks + i), -bias times the block's code sum.
+using RepackedDot = void (*)(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x,
+                             const int32_t* starts, int64_t n_cols, float* y, int64_t y_stride);
+
+// The AVX-512 VNNI kernel, or nullptr when this CPU (or build) has none.
+RepackedDot repacked_dot();
+
+// Repacked weights of one backend instance, made at a weight's first fast product and kept until the host frees
+// the buffer they came from.
+class RepackedWeights {
+public:
+    // The repacked form of weight node `w` (read-only host memory), made now if needed, on the pool's threads.
+    const RepackedWeight& get(const cpu::Node& w, ThreadPool& pool);
+    void forget(const std::byte* begin, uint64_t size);
+    uint64_t bytes() const { return bytes_; }
+    // Weights repacked since the last call, and their bytes.
+    std::pair<int, uint64_t> take_new() { return {std::exchange(new_count_, 0), std::exchange(new_bytes_, 0)}; }
+
+private:
+    std::map<const std::byte*, RepackedWeight> by_address_;
+    uint64_t bytes_ = 0, new_bytes_ = 0;
+    int new_count_ = 0;
+};
+
+}  // namespace cellm::openblas

@@ -1,0 +1,111 @@
+// The repacked products (repacked.hpp) with AVX-512 VNNI: sixteen rows to a register, up to eight columns at a
+// time, so each block's codes are decoded once for eight columns and each column's codes are read once for
+// sixteen rows (as broadcasts folded into vpdpbusd).
+#include "repacked.hpp"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+// GCC 12's 512-bit conversion intrinsics start from a self-initialised "undefined" register, which its own
+// -Wmaybe-uninitialized then reports (as in kernels_avx512.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace cellm::openblas {
+namespace {
+
+int32_t code_quad(const int8_t* codes, int j) {
+    int32_t v;
+    std::memcpy(&v, codes + 4 * j, sizeof v);
+    return v;
+}
+
+template <bool Nibbles, bool Affine, int C>
+void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int32_t* starts, float* y,
+               int64_t y_stride, __mmask16 rows) {
+    constexpr int64_t code_bytes = Nibbles ? 256 : 512, block_bytes = code_bytes + 32 + (Affine ? 32 : 0);
+    __m512 acc[C];
+    for (auto& a : acc) a = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+        const std::byte* b = group + i * block_bytes;
+        __m512i w[8];
+        if constexpr (Nibbles) {
+            const __m512i low = _mm512_set1_epi8(0x0F);
+            for (int q = 0; q < 4; ++q) {
+                const __m512i packed = _mm512_loadu_si512(b + 64 * q);
+                w[q] = _mm512_and_si512(packed, low);
+                w[q + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+            }
+        } else {
+            for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(b + 64 * j);
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + code_bytes)));
+        const __m512 m = Affine ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + code_bytes + 32)))
+                                : _mm512_setzero_ps();
+        for (int c = 0; c < C; ++c) {
+            const int64_t at = c * nb + i;
+            const int8_t* a = x.codes + at * 32;
+            __m512i sum = Affine ? _mm512_setzero_si512() : _mm512_set1_epi32(starts[at]);
+            for (int j = 0; j < 8; ++j) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(code_quad(a, j)));
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.scales[at])), _mm512_cvtepi32_ps(sum), acc[c]);
+            if constexpr (Affine) acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.sums[at]), acc[c]);
+        }
+    }
+    for (int c = 0; c < C; ++c) _mm512_mask_storeu_ps(y + c * y_stride, rows, acc[c]);
+}
+
+// Columns from c on, as their own Q8Columns (and starts).
+Q8Columns columns_from(const Q8Columns& x, int64_t c) {
+    return {x.codes + c * x.n_blocks * 32, x.scales + c * x.n_blocks, x.sums + c * x.n_blocks, nullptr, x.n_blocks,
+            nullptr};
+}
+
+template <bool Nibbles, bool Affine>
+void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, const int32_t* starts, int64_t n_cols,
+         float* y, int64_t y_stride) {
+    const int64_t nb = w.k / 32, group_bytes = nb * RepackedFormat{Nibbles, Affine, 0}.block_bytes();
+    for (int64_t g = g0; g < g1; ++g) {
+        const std::byte* group = w.data.data() + g * group_bytes;
+        const int64_t r0 = g * group_rows;
+        const auto rows = static_cast<__mmask16>(w.m - r0 >= 16 ? 0xFFFF : (1u << (w.m - r0)) - 1);
+        for (int64_t c = 0; c < n_cols; c += 8) {
+            const Q8Columns cols = columns_from(x, c);
+            const int32_t* s = starts + c * nb;
+            float* out = y + c * y_stride + r0;
+            switch (std::min<int64_t>(8, n_cols - c)) {
+            case 1: group_dot<Nibbles, Affine, 1>(group, nb, cols, s, out, y_stride, rows); break;
+            case 2: group_dot<Nibbles, Affine, 2>(group, nb, cols, s, out, y_stride, rows); break;
+            case 3: group_dot<Nibbles, Affine, 3>(group, nb, cols, s, out, y_stride, rows); break;
+            case 4: group_dot<Nibbles, Affine, 4>(group, nb, cols, s, out, y_stride, rows); break;
+            case 5: group_dot<Nibbles, Affine, 5>(group, nb, cols, s, out, y_stride, rows); break;
+            case 6: group_dot<Nibbles, Affine, 6>(group, nb, cols, s, out, y_stride, rows); break;
+            case 7: group_dot<Nibbles, Affine, 7>(group, nb, cols, s, out, y_stride, rows); break;
+            default: group_dot<Nibbles, Affine, 8>(group, nb, cols, s, out, y_stride, rows); break;
+            }
+        }
+    }
+}
+
+void dot_any(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, const int32_t* starts,
+             int64_t n_cols, float* y, int64_t y_stride) {
+    const RepackedFormat& f = *repacked_format(w.type);
+    if (f.nibbles && f.affine) dot<true, true>(w, g0, g1, x, starts, n_cols, y, y_stride);
+    else if (f.nibbles) dot<true, false>(w, g0, g1, x, starts, n_cols, y, y_stride);
+    else if (f.affine) dot<false, true>(w, g0, g1, x, starts, n_cols, y, y_stride);
+    else dot<false, false>(w, g0, g1, x, starts, n_cols, y, y_stride);
+}
+
+}  // namespace
+
+RepackedDot repacked_dot() {
+    static const bool vnni = [] {
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }();
+    return vnni ? dot_any : nullptr;
+}
+
+}  // namespace cellm::openblas
