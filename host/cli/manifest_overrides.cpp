@@ -10,6 +10,10 @@ void ManifestOverrides::add_to(CLI::App& app) {
     app.add_option("--mmproj", mmproj, "llama.cpp mmproj file of the model's vision tower (overrides [model].mmproj)");
     app.add_option("--backend", backend, "Backend plugin name (overrides [backend].name)");
     app.add_option("--threads", threads, "Backend threads (overrides [backend].threads)")->check(CLI::PositiveNumber);
+    app.add_option("--precision", precision,
+                   "Backend precision (overrides [backend].precision): exact follows the scalar reference bit for "
+                   "bit, fast may sum in other orders within the bounds in docs")
+        ->check(CLI::IsMember({"exact", "fast"}));
     app.add_option("--max-tokens", max_tokens, "Most tokens to generate")->check(CLI::PositiveNumber);
     app.add_option("--temperature", temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
     app.add_option("--seed", seed, "Sampling seed (same seed, same output)");
@@ -27,6 +31,7 @@ Manifest ManifestOverrides::load() const {
     if (mmproj) m.model.mmproj = *mmproj;
     if (backend) m.backend.name = *backend;
     if (threads) m.backend.threads = *threads;
+    if (precision) m.backend.options["precision"] = *precision;
     if (max_tokens) m.generation.max_tokens = *max_tokens;
     if (temperature) m.generation.sampling.temperature = *temperature;
     if (seed) {

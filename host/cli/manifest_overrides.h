@@ -17,6 +17,7 @@ struct ManifestOverrides {
     std::optional<std::string> mmproj;
     std::optional<std::string> backend;
     std::optional<int32_t> threads;
+    std::optional<std::string> precision;
     std::optional<int32_t> max_tokens;
     std::optional<float> temperature;
     std::optional<uint64_t> seed;

@@ -16,6 +16,7 @@ EnginePtr open_engine(const ManifestOverrides& flags, int32_t max_sessions) {
     if (flags.mmproj) options.mmproj_path = flags.mmproj->c_str();
     if (flags.backend) options.backend = flags.backend->c_str();
     if (flags.threads) options.threads = *flags.threads;
+    if (flags.precision) options.precision = flags.precision->c_str();
     if (flags.context) options.context_length = *flags.context;
     options.max_sessions = max_sessions;
     cellm_engine* engine = nullptr;

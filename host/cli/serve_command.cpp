@@ -21,7 +21,7 @@ namespace {
 
 struct ServeOptions {
     std::string manifest;
-    std::optional<std::string> model, mmproj, backend;
+    std::optional<std::string> model, mmproj, backend, precision;
     int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
     server::ServerConfig server;
     std::string model_alias;
@@ -34,6 +34,7 @@ EnginePtr open_engine(const ServeOptions& o) {
     if (o.model) options.model_path = o.model->c_str();
     if (o.mmproj) options.mmproj_path = o.mmproj->c_str();
     if (o.backend) options.backend = o.backend->c_str();
+    if (o.precision) options.precision = o.precision->c_str();
     options.threads = o.threads;
     options.context_length = o.context;
     options.max_sessions = o.max_sessions;
@@ -70,6 +71,8 @@ Command add_serve(CLI::App& app) {
     app.add_option("--backend", o->backend, "Backend plugin name (overrides [backend].name)");
     app.add_option("--threads", o->threads, "Backend threads (overrides [backend].threads)")
         ->check(CLI::PositiveNumber);
+    app.add_option("--precision", o->precision, "Backend precision, exact or fast (overrides [backend].precision)")
+        ->check(CLI::IsMember({"exact", "fast"}));
     app.add_option("--context", o->context, "Tokens per session (overrides [context].length)")
         ->check(CLI::PositiveNumber);
     app.add_option("--max-sessions", o->max_sessions,

@@ -270,6 +270,10 @@ cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine
             o.mmproj_path != nullptr) {
             m.model.mmproj = o.mmproj_path;
         }
+        if (o.struct_size >= offsetof(cellm_engine_options, precision) + sizeof(o.precision) &&
+            o.precision != nullptr) {
+            m.backend.options["precision"] = o.precision;
+        }
         if (o.backend != nullptr) m.backend.name = o.backend;
         if (o.threads > 0) m.backend.threads = o.threads;
         if (o.context_length > 0) m.context.length = o.context_length;

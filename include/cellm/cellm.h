@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CELLM_SDK_VERSION_MAJOR 1
-#define CELLM_SDK_VERSION_MINOR 1
+#define CELLM_SDK_VERSION_MINOR 2
 
 #if defined(_WIN32)
 #define CELLM_API __declspec(dllexport)
@@ -87,6 +87,10 @@ typedef struct cellm_engine_options {
     /* Since 1.1 (read only when struct_size covers it). */
     const char* mmproj_path; /* [model].mmproj: llama.cpp's mmproj file beside a text GGUF (its vision tower);
                                 a model_path override drops the manifest's, as it drops its format and arch */
+    /* Since 1.2. */
+    const char* precision;   /* [backend].precision: "exact" (the scalar reference's results, bit for bit) or
+                                "fast" (other summation orders, within the bounds the backend's docs write);
+                                the backend checks the value */
 } cellm_engine_options;
 
 /* Zeroes *options and sets struct_size. */

@@ -66,6 +66,12 @@ TEST(Cli, FlagsOverrideTheManifest) {
     const auto j = nlohmann::json::parse(r.out);
     EXPECT_LE(j["tokens"].size(), 2u);
     EXPECT_NE(j["model"].get<std::string>().find("tiny-f16"), std::string::npos);
+    // --precision reaches the backend, which checks it: scalar takes both values.
+    for (const char* precision : {"exact", "fast"}) {
+        const CommandResult p = run_host("run --manifest " + shell_quote(manifest.string()) +
+                                         " --prompt hi --raw --json --max-tokens 1 --precision " + precision);
+        EXPECT_EQ(p.exit_code, 0) << p.err;
+    }
 }
 
 TEST(Cli, ChatTemplatePromptIsUsedByDefault) {
@@ -214,6 +220,7 @@ TEST(CliErrors, BadCommandLine) {
     expect_one_error_line(run_host("run --prompt hi"), "--manifest");
     expect_one_error_line(run_host("fly"), "subcommand");
     expect_one_error_line(run_host("run --manifest x.toml --prompt hi --temperature -1"), "temperature");
+    expect_one_error_line(run_host("run --manifest x.toml --prompt hi --precision fastest"), "--precision");
 }
 
 TEST(CliErrors, MissingModel) {

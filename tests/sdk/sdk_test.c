@@ -528,6 +528,7 @@ static void case_basics(void) {
     options.threads = 1;
     options.context_length = 64;
     options.max_sessions = 3;
+    options.precision = "fast";
     cellm_engine* engine = NULL;
     OK(cellm_engine_open(&options, &engine));
     const cellm_engine_info info = engine_info(engine);
@@ -628,6 +629,9 @@ static void case_errors(void) {
     options.manifest_path = cfg.manifest;
     options.backend = "warp";
     EXPECT_ERROR(cellm_engine_open(&options, &engine), CELLM_E_LOAD, "warp");
+    options.backend = "openblas";
+    options.precision = "fastest"; /* the backend checks it */
+    EXPECT_ERROR(cellm_engine_open(&options, &engine), CELLM_E_LOAD, "precision");
     cellm_engine_close(NULL);
 
     /* Engine calls. */

@@ -5,7 +5,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace cellm::openblas {
 namespace {
@@ -60,19 +64,32 @@ void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::b
     }
 }
 
-// Products no longer read the stored rows, so their pages go back to the kernel rather than stay resident beside
-// the copy: a file mapping's are read again from the file if anything (an embedding lookup) asks, anonymous
-// memory keeps its contents (swapped or left in place). Only whole pages inside the weight.
+// Whether [begin, end) lies in one read-only private mapping of a file: dropping its pages from this process
+// then loses nothing, as a later read faults them in again from the page cache or the file.
+bool in_read_only_file_mapping(uintptr_t begin, uintptr_t end) {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line)) {
+        uintptr_t lo = 0, hi = 0;
+        char perms[5] = {};
+        unsigned long long offset = 0, inode = 0;
+        char dev[16] = {};
+        if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR " %4s %llx %15s %llu", &lo, &hi, perms, &offset, dev,
+                        &inode) != 6)
+            continue;
+        if (begin >= lo && end <= hi) return perms[1] == '-' && perms[3] == 'p' && inode != 0;
+    }
+    return false;
+}
+
+// Products no longer read the stored rows, so where they are a read-only file mapping (a GGUF opened in place)
+// their pages leave this process rather than stay resident beside the copy. Other memory is left alone.
 void release_pages(const std::byte* data, uint64_t size) {
-#ifdef MADV_PAGEOUT
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) / page * page;
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_PAGEOUT);  // advice: failure is fine
-#else
-    (void)data;
-    (void)size;
-#endif
+    if (end > begin && in_read_only_file_mapping(begin, end))
+        madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is fine
 }
 
 }  // namespace
