@@ -1,8 +1,10 @@
 // Microbenchmarks of the CPU kernels where a step spends its time, at the shapes of the models cellm runs:
 // MATMUL as the openblas backend runs it (and through SGEMM, the yardstick of the int8 tiles), paged attention
-// over an F16 KV pool, and RMS_NORM through the reference kernel. Decode matmuls report the weight bytes they
-// stream per second (bytes_per_second, GiB/s), prefill matmuls their FLOP rate. Every benchmark measures wall
-// time, since the thread pool's workers do most of the work.
+// over an F16 KV pool, RMS_NORM through the reference kernel, and GLU through the reference kernel and the
+// openblas backend's fast activations. Decode matmuls report the weight bytes they stream per second
+// (bytes_per_second, GiB/s), prefill matmuls their FLOP rate. Every benchmark measures wall time, since the
+// thread pool's workers do most of the work.
+#include "activations_fast.hpp"
 #include "attention.hpp"
 #include "blocks.h"
 #include "kernels.hpp"
@@ -286,12 +288,53 @@ void register_rms_norms() {
     }
 }
 
+// ---- GLU ----
+
+// act(gate) * up over Gemma-3-270M's FFN width (2048) for a prefill chunk, GELU as Gemma gates and SiLU as
+// Llama does; gate values of both signs as the products give them. One thread.
+void bench_glu(benchmark::State& state, const openblas::Activations* fast, int64_t dim, int64_t n, bool gelu) {
+    std::vector<float> gate = random_floats(dim * n, 9), up = random_floats(dim * n, 10), out(gate.size());
+    for (float& g : gate) g *= 4.0f;
+    cpu::Plan plan;
+    plan.nodes = {
+        tensor(CELLM_OP_INPUT, CELLM_TYPE_F32, {dim, n, 1, 1}, gate.data()),
+        tensor(CELLM_OP_INPUT, CELLM_TYPE_F32, {dim, n, 1, 1}, up.data()),
+        tensor(CELLM_OP_GLU, CELLM_TYPE_F32, {dim, n, 1, 1}, out.data()),
+    };
+    plan.nodes[2].src[0] = 0;
+    plan.nodes[2].src[1] = 1;
+    plan.nodes[2].iparams[0] = gelu ? 1 : 0;
+    for (auto _ : state) {
+        if (fast != nullptr) fast->glu(gate.data(), up.data(), out.data(), dim * n, gelu);
+        else cpu::run_reference(plan, 2);
+        benchmark::ClobberMemory();
+    }
+    // Gate and up read, the result written.
+    state.SetBytesProcessed(state.iterations() * 3 * dim * n * int64_t{sizeof(float)});
+}
+
+void register_glus() {
+    const int64_t dim = 2048, n = prefill_columns;
+    std::vector<const openblas::Activations*> runs{nullptr};  // nullptr: the reference
+    for (const openblas::Activations* t : openblas::runnable_activations()) runs.push_back(t);
+    for (bool gelu : {true, false})
+        for (const openblas::Activations* t : runs) {
+            const std::string name = std::string("BM_Glu/") + (gelu ? "gelu/" : "silu/") +
+                                     (t != nullptr ? std::string("fast-") + t->isa : "reference") + "/" +
+                                     std::to_string(dim) + "/n" + std::to_string(n);
+            benchmark::RegisterBenchmark(name.c_str(), [t, dim, n, gelu](benchmark::State& state) {
+                bench_glu(state, t, dim, n, gelu);
+            })->Unit(benchmark::kMicrosecond);
+        }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     register_matmuls();
     register_attention();
     register_rms_norms();
+    register_glus();
     // As the backend does (plugin.cpp): each pool thread calls SGEMM on its own panel, so OpenBLAS starts none.
     openblas_set_num_threads(1);
     benchmark::Initialize(&argc, argv);
