@@ -71,10 +71,10 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         if (rows_at_once) {
             int64_t* rows = scratch.rows[static_cast<size_t>(thread)].data();
             for (int64_t j = first; j <= last; ++j) rows[j - first] = a.slot(t, j) * row + offset;
-            kern.dots_f16(qr, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
+            kern.dots_f16(qr, 1, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
             cpu::attention_weights(a, scores, count);
             round(v_pool.type, scores, scores, count);
-            kern.weighted_sum_f16(scores, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim, out);
+            kern.weighted_sum_f16(scores, 1, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim, out);
             return;
         }
         for (int64_t j = first; j <= last; ++j) scores[j - first] = key(a.slot(t, j), offset, qr, values);

@@ -341,45 +341,110 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
 }
 
-// dot_f16 of q against many rows at once: four rows' chains run interleaved, which hides the FMA latency that
-// one short chain per row waits on; each chain and its final sum are dot_f16's.
-void dots_f16(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* out) {
-    int64_t j = 0;
-    for (; j + 4 <= count; j += 4) {
-        const uint16_t* r[4] = {base + rows[j], base + rows[j + 1], base + rows[j + 2], base + rows[j + 3]};
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + i);
-            for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(qv, load_f16(r[k] + i), acc[k]);
+// Runs f.template operator()<G>(h) over the query heads in chunks [h, h + G) of at most four, as even as
+// possible: the attention loops below keep G heads' sums in registers at once.
+template <class F>
+void by_head_chunks(int64_t heads, F&& f) {
+    const int64_t chunks = (heads + 3) / 4;
+    for (int64_t c = 0, h = 0; c < chunks; ++c) {
+        const int64_t size = (heads - h) / (chunks - c);
+        switch (size) {
+        case 1: f.template operator()<1>(h); break;
+        case 2: f.template operator()<2>(h); break;
+        case 3: f.template operator()<3>(h); break;
+        default: f.template operator()<4>(h); break;
         }
-        for (int k = 0; k < 4; ++k) {
-            float sum = hsum(acc[k]);
-            for (int64_t t = i; t < n; ++t) sum += q[t] * _cvtsh_ss(r[k][t]);
-            out[j + k] = sum;
-        }
+        h += size;
     }
-    for (; j < count; ++j) out[j] = dot_f16(q, base + rows[j], n);
 }
 
-// out = sum over j of weights[j] * row j, as repeated axpy_f16 from out = 0 computes it (per element, in j
-// order), with 64 outputs at a time kept in registers instead of loaded and stored for every row.
-void weighted_sum_f16(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
-                      float* out) {
+// Rows per dots tile of G heads: the R x G sums, R converted rows and a query fit 16 registers, with at least
+// eight chains to hide the FMA latency.
+constexpr int dot_rows(int G) { return G <= 2 ? 4 : G == 3 ? 3 : 2; }
+
+// dot_f16 of G queries (head g's at q + g * n) against R rows: each row's halves are converted once for the G
+// queries and the R x G chains run interleaved; each chain and its final sum are dot_f16's.
+template <int G, int R>
+void dots_tile(const float* q, const uint16_t* const* r, int64_t n, float* out, int64_t out_stride) {
+    __m256 acc[G][R];
+    for (auto& head : acc)
+        for (auto& a : head) a = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m256 acc[8];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t j = 0; j < count; ++j) {
-            const __m256 w = _mm256_set1_ps(weights[j]);
-            const uint16_t* r = base + rows[j] + i;
-            for (int g = 0; g < 8; ++g) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(w, load_f16(r + 8 * g)));
+    for (; i + 8 <= n; i += 8) {
+        __m256 k[R];
+        for (int j = 0; j < R; ++j) k[j] = load_f16(r[j] + i);
+        for (int g = 0; g < G; ++g) {
+            const __m256 qv = _mm256_loadu_ps(q + g * n + i);
+            for (int j = 0; j < R; ++j) acc[g][j] = _mm256_fmadd_ps(qv, k[j], acc[g][j]);
         }
-        for (int g = 0; g < 8; ++g) _mm256_storeu_ps(out + i + 8 * g, acc[g]);
     }
-    if (i == n) return;
-    std::fill(out + i, out + n, 0.0f);
-    for (int64_t j = 0; j < count; ++j) axpy_f16(weights[j], base + rows[j] + i, out + i, n - i);
+    for (int g = 0; g < G; ++g)
+        for (int j = 0; j < R; ++j) {
+            float sum = hsum(acc[g][j]);
+            for (int64_t t = i; t < n; ++t) sum += q[g * n + t] * _cvtsh_ss(r[j][t]);
+            out[g * out_stride + j] = sum;
+        }
+}
+
+void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
+              float* out) {
+    by_head_chunks(heads, [&]<int G>(int64_t h) {
+        constexpr int R = dot_rows(G);
+        int64_t j = 0;
+        for (; j + R <= count; j += R) {
+            const uint16_t* r[R];
+            for (int k = 0; k < R; ++k) r[k] = base + rows[j + k];
+            dots_tile<G, R>(q + h * n, r, n, out + h * count + j, count);
+        }
+        for (; j < count; ++j) {
+            const uint16_t* r = base + rows[j];
+            dots_tile<G, 1>(q + h * n, &r, n, out + h * count + j, count);
+        }
+    });
+}
+
+// Vectors of eight outputs per weighted-sum block of G heads: the G x C sums, C converted vectors and a weight
+// fit 16 registers.
+constexpr int sum_vectors(int G) { return G == 1 ? 8 : G == 2 ? 4 : 2; }
+
+// Outputs [i, i + 8C) of G heads (head g's weights at w + g * count, its output at out + g * n), kept in
+// registers across the rows; each row's halves are converted once for the G heads. Every output adds weight *
+// value in row order, as axpy_f16 from zero does.
+template <int G, int C>
+void sum_block(const float* w, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, int64_t i,
+               float* out) {
+    __m256 acc[G][C];
+    for (auto& head : acc)
+        for (auto& a : head) a = _mm256_setzero_ps();
+    for (int64_t j = 0; j < count; ++j) {
+        const uint16_t* r = base + rows[j] + i;
+        __m256 v[C];
+        for (int c = 0; c < C; ++c) v[c] = load_f16(r + 8 * c);
+        for (int g = 0; g < G; ++g) {
+            const __m256 wv = _mm256_set1_ps(w[g * count + j]);
+            for (int c = 0; c < C; ++c) acc[g][c] = _mm256_add_ps(acc[g][c], _mm256_mul_ps(wv, v[c]));
+        }
+    }
+    for (int g = 0; g < G; ++g)
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + g * n + i + 8 * c, acc[g][c]);
+}
+
+void weighted_sum_f16(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
+                      int64_t n, float* out) {
+    by_head_chunks(heads, [&]<int G>(int64_t h) {
+        constexpr int C = sum_vectors(G);
+        const float* w = weights + h * count;
+        float* o = out + h * n;
+        int64_t i = 0;
+        for (; i + 8 * C <= n; i += 8 * C) sum_block<G, C>(w, base, rows, count, n, i, o);
+        for (; i + 8 <= n; i += 8) sum_block<G, 1>(w, base, rows, count, n, i, o);
+        for (; i < n; ++i)
+            for (int g = 0; g < G; ++g) {
+                float sum = 0.0f;
+                for (int64_t j = 0; j < count; ++j) sum += w[g * count + j] * _cvtsh_ss(base[rows[j] + i]);
+                o[g * n + i] = sum;
+            }
+    });
 }
 
 // ---- K-quants against Q8_K columns (blocks::dot_q8_k) ------------------------------------------------------
