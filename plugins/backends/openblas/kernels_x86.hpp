@@ -36,6 +36,18 @@ float hsum(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+// hsum of a, b, c and d in lanes 0 to 3, each bit-equal to hsum's: the same adds of the same operands, four
+// vectors to an instruction.
+__m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    // Per 128-bit half, lanes l0+l4 .. l3+l7 of a and b (lo and hi half), then of c and d.
+    const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    // (l0+l4)+(l2+l6) and (l1+l5)+(l3+l7): of a and c in the low half, of b and d in the high one.
+    const __m256 pairs = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xee));
+    const __m256 sums = _mm256_hadd_ps(pairs, pairs);  // a, c, a, c | b, d, b, d
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
+}
+
 // 16 bytes of packed 4-bit codes as 32 bytes: element j (low nibble of byte j) in lane j, element j + 16 (high
 // nibble) in lane j + 16, GGUF's order.
 __m256i unpack_nibbles(const uint8_t* packed) {
@@ -358,38 +370,54 @@ void by_head_chunks(int64_t heads, F&& f) {
     }
 }
 
-// Rows per dots tile of G heads: the R x G sums, R converted rows and a query fit 16 registers, with at least
-// eight chains to hide the FMA latency.
-constexpr int dot_rows(int G) { return G <= 2 ? 4 : G == 3 ? 3 : 2; }
+// Rows per dots tile of G heads with `Registers` vector registers: at most four, the R x G chains, R converted
+// rows and a query fitting with one to spare.
+constexpr int dot_rows(int G, int Registers) {
+    int R = 4;
+    while (R > 1 && G * R + R + 2 > Registers) --R;
+    return R;
+}
 
 // dot_f16 of G queries (head g's at q + g * n) against R rows: each row's halves are converted once for the G
 // queries and the R x G chains run interleaved; each chain and its final sum are dot_f16's.
 template <int G, int R>
 void dots_tile(const float* q, const uint16_t* const* r, int64_t n, float* out, int64_t out_stride) {
-    __m256 acc[G][R];
-    for (auto& head : acc)
-        for (auto& a : head) a = _mm256_setzero_ps();
+    // Chain g * R + j: head g against row j. Every index into acc must be a constant once the loops unroll, or
+    // GCC keeps the chains in memory.
+    __m256 acc[G * R];
+#pragma GCC unroll 32
+    for (int m = 0; m < G * R; ++m) acc[m] = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 k[R];
+#pragma GCC unroll 4
         for (int j = 0; j < R; ++j) k[j] = load_f16(r[j] + i);
+#pragma GCC unroll 8
         for (int g = 0; g < G; ++g) {
             const __m256 qv = _mm256_loadu_ps(q + g * n + i);
-            for (int j = 0; j < R; ++j) acc[g][j] = _mm256_fmadd_ps(qv, k[j], acc[g][j]);
+#pragma GCC unroll 4
+            for (int j = 0; j < R; ++j) acc[g * R + j] = _mm256_fmadd_ps(qv, k[j], acc[g * R + j]);
         }
     }
+    // The chains' sums four at a time, then the rest one by one.
+    float sums[G * R];
+#pragma GCC unroll 8
+    for (int m = 0; m + 4 <= G * R; m += 4) _mm_storeu_ps(sums + m, hsum4(acc[m], acc[m + 1], acc[m + 2], acc[m + 3]));
+#pragma GCC unroll 4
+    for (int m = G * R / 4 * 4; m < G * R; ++m) sums[m] = hsum(acc[m]);
     for (int g = 0; g < G; ++g)
         for (int j = 0; j < R; ++j) {
-            float sum = hsum(acc[g][j]);
+            float sum = sums[g * R + j];
             for (int64_t t = i; t < n; ++t) sum += q[g * n + t] * _cvtsh_ss(r[j][t]);
             out[g * out_stride + j] = sum;
         }
 }
 
+template <int Registers>
 void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
               float* out) {
     by_head_chunks(heads, [&]<int G>(int64_t h) {
-        constexpr int R = dot_rows(G);
+        constexpr int R = dot_rows(G, Registers);
         int64_t j = 0;
         for (; j + R <= count; j += R) {
             const uint16_t* r[R];
@@ -403,9 +431,13 @@ void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t
     });
 }
 
-// Vectors of eight outputs per weighted-sum block of G heads: the G x C sums, C converted vectors and a weight
-// fit 16 registers.
-constexpr int sum_vectors(int G) { return G == 1 ? 8 : G == 2 ? 4 : 2; }
+// Vectors of eight outputs per weighted-sum block of G heads (8, 4, 2 or 1): the G x C sums, G weights and a
+// converted vector fit the registers with one to spare.
+constexpr int sum_vectors(int G, int Registers) {
+    int C = 8;
+    while (C > 1 && G * C + G + 2 > Registers) C /= 2;
+    return C;
+}
 
 // Outputs [i, i + 8C) of G heads (head g's weights at w + g * count, its output at out + g * n), kept in
 // registers across the rows; each row's halves are converted once for the G heads. Every output adds weight *
@@ -413,26 +445,31 @@ constexpr int sum_vectors(int G) { return G == 1 ? 8 : G == 2 ? 4 : 2; }
 template <int G, int C>
 void sum_block(const float* w, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, int64_t i,
                float* out) {
-    __m256 acc[G][C];
-    for (auto& head : acc)
-        for (auto& a : head) a = _mm256_setzero_ps();
+    // Sum g * C + c: head g's outputs i + 8c .. i + 8c + 7 (constant indices, as in dots_tile).
+    __m256 acc[G * C];
+#pragma GCC unroll 32
+    for (int m = 0; m < G * C; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t j = 0; j < count; ++j) {
         const uint16_t* r = base + rows[j] + i;
-        __m256 v[C];
-        for (int c = 0; c < C; ++c) v[c] = load_f16(r + 8 * c);
-        for (int g = 0; g < G; ++g) {
-            const __m256 wv = _mm256_set1_ps(w[g * count + j]);
-            for (int c = 0; c < C; ++c) acc[g][c] = _mm256_add_ps(acc[g][c], _mm256_mul_ps(wv, v[c]));
+        __m256 wv[G];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) wv[g] = _mm256_set1_ps(w[g * count + j]);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            const __m256 v = load_f16(r + 8 * c);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) acc[g * C + c] = _mm256_add_ps(acc[g * C + c], _mm256_mul_ps(wv[g], v));
         }
     }
-    for (int g = 0; g < G; ++g)
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(out + g * n + i + 8 * c, acc[g][c]);
+#pragma GCC unroll 32
+    for (int m = 0; m < G * C; ++m) _mm256_storeu_ps(out + m / C * n + i + 8 * (m % C), acc[m]);
 }
 
+template <int Registers>
 void weighted_sum_f16(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
                       int64_t n, float* out) {
     by_head_chunks(heads, [&]<int G>(int64_t h) {
-        constexpr int C = sum_vectors(G);
+        constexpr int C = sum_vectors(G, Registers);
         const float* w = weights + h * count;
         float* o = out + h * n;
         int64_t i = 0;
@@ -630,8 +667,9 @@ void k_rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KC
     }
 }
 
-// The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns.
-template <class Products, int R, int C>
+// The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns,
+// `Registers` the vector registers the attention loops may fill.
+template <class Products, int R, int C, int Registers>
 constexpr Kernels table(const char* isa) {
     return {
         isa,
@@ -647,8 +685,8 @@ constexpr Kernels table(const char* isa) {
         axpy_f32,
         axpy_f16,
         round_f16,
-        dots_f16,
-        weighted_sum_f16,
+        dots_f16<Registers>,
+        weighted_sum_f16<Registers>,
     };
 }
 
