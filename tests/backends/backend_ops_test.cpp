@@ -1116,19 +1116,19 @@ TEST_P(BackendOps, StepOnCpuMatchesScalarBitForBit) {
 }
 
 // ATTENTION over F16 pools (the default KV cache) on a CPU backend against scalar, bit for bit, in decode-shaped
-// steps: 1, 3 and 8 tokens, each its own sequence, with 3, 4 and 5 query heads per KV head (SmolLM2's and Gemma
-// 3's groups, and one that openblas's loops take in two chunks) and head sizes 64, 256 and 40, on two threads.
-// One token leaves fewer tasks than threads for whole KV heads, so openblas splits their query heads.
+// steps: 1, 3 and 8 tokens, each its own sequence, in SmolLM2's heads (9 over 3 KV heads, 64 wide), Gemma 3's
+// (4 over 1, 256 wide) and 5 over 1, 40 wide (two chunks in openblas's loops), on two threads. One token of one
+// KV head is fewer tasks than threads, so openblas splits its query heads.
 TEST_P(BackendOps, F16PoolAttentionOnCpuMatchesScalarBitForBit) {
     if (!host_memory()) GTEST_SKIP() << "a device backend is held to the reference definitions only";
     struct Case {
-        int32_t group, head_dim;
+        int32_t group, head_dim, n_kv;
     };
-    for (const Case c : {Case{3, 64}, Case{4, 256}, Case{5, 40}})
+    for (const Case c : {Case{3, 64, 3}, Case{4, 256, 1}, Case{5, 40, 1}})
         for (const int32_t nt : {1, 3, 8}) {
-            SCOPED_TRACE("group " + std::to_string(c.group) + ", head_dim " + std::to_string(c.head_dim) + ", tokens " +
-                         std::to_string(nt));
-            const int32_t n_kv = 2, n_head = c.group * n_kv, hd = c.head_dim, kv_dim = n_kv * hd, bs = 16;
+            SCOPED_TRACE("group " + std::to_string(c.group) + ", head_dim " + std::to_string(c.head_dim) + ", KV heads " +
+                         std::to_string(c.n_kv) + ", tokens " + std::to_string(nt));
+            const int32_t n_kv = c.n_kv, n_head = c.group * n_kv, hd = c.head_dim, kv_dim = n_kv * hd, bs = 16;
             const int32_t max_blocks = 4, n_slots = nt * max_blocks * bs;
             // Sequence t holds its blocks in reverse order and is at position 17 + 6t.
             std::vector<int32_t> table, seq, pos;
