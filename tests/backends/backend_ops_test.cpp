@@ -1124,6 +1124,57 @@ TEST_P(BackendOps, StepOnCpuMatchesScalarBitForBit) {
     }
 }
 
+// ATTENTION over F16 pools (the default KV cache) on a CPU backend against scalar, bit for bit, in decode-shaped
+// steps: 1, 3 and 8 tokens, each its own sequence, in SmolLM2's heads (9 over 3 KV heads, 64 wide), Gemma 3's
+// (4 over 1, 256 wide) and 5 over 1, 40 wide (two chunks in openblas's loops), on two threads. One token of one
+// KV head is fewer tasks than threads, so openblas splits its query heads.
+TEST_P(BackendOps, F16PoolAttentionOnCpuMatchesScalarBitForBit) {
+    if (!host_memory()) GTEST_SKIP() << "a device backend is held to the reference definitions only";
+    struct Case {
+        int32_t group, head_dim, n_kv;
+    };
+    for (const Case c : {Case{3, 64, 3}, Case{4, 256, 1}, Case{5, 40, 1}})
+        for (const int32_t nt : {1, 3, 8}) {
+            SCOPED_TRACE("group " + std::to_string(c.group) + ", head_dim " + std::to_string(c.head_dim) + ", KV heads " +
+                         std::to_string(c.n_kv) + ", tokens " + std::to_string(nt));
+            const int32_t n_kv = c.n_kv, n_head = c.group * n_kv, hd = c.head_dim, kv_dim = n_kv * hd, bs = 16;
+            const int32_t max_blocks = 4, n_slots = nt * max_blocks * bs;
+            // Sequence t holds its blocks in reverse order and is at position 17 + 6t.
+            std::vector<int32_t> table, seq, pos;
+            for (int32_t t = 0; t < nt; ++t) {
+                for (int32_t b = 0; b < max_blocks; ++b) table.push_back(t * max_blocks + max_blocks - 1 - b);
+                seq.push_back(t);
+                pos.push_back(17 + 6 * t);
+            }
+            auto halves = [](const std::vector<float>& v) {
+                std::vector<uint16_t> h(v.size());
+                std::transform(v.begin(), v.end(), h.begin(), cellm::blocks::fp32_to_fp16);
+                return h;
+            };
+            const std::vector<uint16_t> k_pool = halves(random_floats(size_t(kv_dim) * n_slots, 40, 2.0f));
+            const std::vector<uint16_t> v_pool = halves(random_floats(size_t(kv_dim) * n_slots, 41));
+            const std::vector<float> q = random_floats(size_t(nt) * n_head * hd, 42, 2.0f);
+            Instance ours, scalar;
+            ASSERT_EQ(ours.open(be, 2), "");
+            ASSERT_NE(scalar_iface(), nullptr);
+            ASSERT_EQ(scalar.open(scalar_iface()), "");
+            for (Instance* g : {&ours, &scalar}) {
+                const int32_t qn = g->f32_weight(q, hd * n_head, nt);
+                const int32_t qr = g->add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, n_head, nt}, {qn});
+                const int32_t kc = g->leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, kv_dim, n_slots, k_pool.data());
+                const int32_t vc = g->leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, kv_dim, n_slots, v_pool.data());
+                const int32_t tb = g->input(CELLM_INPUT_BLOCK_TABLE, {max_blocks, nt});
+                const int32_t sq = g->input(CELLM_INPUT_TOKEN_SEQ, {nt});
+                const int32_t ps = g->input(CELLM_INPUT_POSITIONS, {nt});
+                const int32_t at = g->add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {hd * n_head, nt}, {qr, kc, vc, tb, sq, ps},
+                                          {n_head, n_kv, hd, bs, 0}, {1.0f / std::sqrt(float(hd)), 0.0f});
+                ASSERT_EQ(g->prepare({at}), "");
+                ASSERT_EQ(g->execute({{tb, table}, {sq, seq}, {ps, pos}}), "");
+            }
+            expect_identical(ours.results[0], scalar.results[0], "attention");
+        }
+}
+
 TEST_P(BackendOps, GraphErrorsNameTheNode) {
     const std::vector<float> w = random_floats(64, 12);
     const int32_t wn = f32_weight(w, 32, 2);

@@ -234,31 +234,42 @@ TEST(OpenblasKernels, FloatAndHalfLoops) {
     }
 }
 
-// The many-row attention loops against the one-row loops they stand for, bit for bit, over head sizes with and
-// without a 64-wide part and a tail, and row counts around the four rows dots_f16 takes at once.
+// The many-row attention loops against the one-row loops they stand for, bit for bit: 1 to 8 query heads
+// sharing the rows (chunks of up to four, as even as possible), head sizes with and without a 64-wide part and
+// a tail (67 is odd), and row counts around the two to four rows dots_f16 takes at once.
 TEST(OpenblasKernels, ManyRowAttentionLoopsEqualTheOneRowLoops) {
     for (const cellm::openblas::Kernels* table : cellm::openblas::runnable_kernels()) {
         if (table->dots_f16 == nullptr) continue;
         SCOPED_TRACE(table->isa);
-        for (int64_t n : {8, 36, 64, 72, 128, 256}) {
+        for (int64_t n : {8, 36, 64, 67, 72, 128, 256}) {
             const int64_t stride = n + 8, n_rows = 11;
             std::vector<uint16_t> pool(static_cast<size_t>(stride * n_rows));
             const std::vector<float> values = random_floats(pool.size(), 31, 3.0f);
             for (size_t i = 0; i < pool.size(); ++i) pool[i] = cellm::blocks::fp32_to_fp16(values[i]);
-            const std::vector<float> q = random_floats(static_cast<size_t>(n), 32);
-            for (int64_t count : {1, 3, 4, 9}) {
-                std::vector<int64_t> rows;
-                for (int64_t j = 0; j < count; ++j) rows.push_back(((j * 7) % n_rows) * stride + 4);
-                std::vector<float> got(static_cast<size_t>(count)), want(static_cast<size_t>(count));
-                table->dots_f16(q.data(), pool.data(), rows.data(), count, n, got.data());
-                for (int64_t j = 0; j < count; ++j) want[static_cast<size_t>(j)] = table->dot_f16(q.data(), pool.data() + rows[static_cast<size_t>(j)], n);
-                EXPECT_EQ(got, want) << "dots, n " << n << ", rows " << count;
-                const std::vector<float> weights = random_floats(static_cast<size_t>(count), 33);
-                std::vector<float> sum(static_cast<size_t>(n), -1.0f), expected(static_cast<size_t>(n), 0.0f);
-                table->weighted_sum_f16(weights.data(), pool.data(), rows.data(), count, n, sum.data());
-                for (int64_t j = 0; j < count; ++j)
-                    table->axpy_f16(weights[static_cast<size_t>(j)], pool.data() + rows[static_cast<size_t>(j)], expected.data(), n);
-                EXPECT_EQ(sum, expected) << "weighted sum, n " << n << ", rows " << count;
+            for (int64_t heads : {1, 2, 3, 4, 5, 8}) {
+                const std::vector<float> q = random_floats(static_cast<size_t>(heads * n), 32);
+                for (int64_t count : {1, 2, 3, 4, 5, 9}) {
+                    SCOPED_TRACE("n " + std::to_string(n) + ", heads " + std::to_string(heads) + ", rows " +
+                                 std::to_string(count));
+                    std::vector<int64_t> rows;
+                    for (int64_t j = 0; j < count; ++j) rows.push_back(((j * 7) % n_rows) * stride + 4);
+                    const auto scores = static_cast<size_t>(heads * count);
+                    std::vector<float> got(scores), want(scores);
+                    table->dots_f16(q.data(), heads, pool.data(), rows.data(), count, n, got.data());
+                    for (int64_t g = 0; g < heads; ++g)
+                        for (int64_t j = 0; j < count; ++j)
+                            want[static_cast<size_t>(g * count + j)] =
+                                table->dot_f16(q.data() + g * n, pool.data() + rows[static_cast<size_t>(j)], n);
+                    EXPECT_EQ(got, want) << "dots";
+                    const std::vector<float> weights = random_floats(scores, 33);
+                    std::vector<float> sum(static_cast<size_t>(heads * n), -1.0f), expected(sum.size(), 0.0f);
+                    table->weighted_sum_f16(weights.data(), heads, pool.data(), rows.data(), count, n, sum.data());
+                    for (int64_t g = 0; g < heads; ++g)
+                        for (int64_t j = 0; j < count; ++j)
+                            table->axpy_f16(weights[static_cast<size_t>(g * count + j)],
+                                            pool.data() + rows[static_cast<size_t>(j)], expected.data() + g * n, n);
+                    EXPECT_EQ(sum, expected) << "weighted sum";
+                }
             }
         }
     }

@@ -45,36 +45,47 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         }
     };
 
-    // F16 pools (the default) go through the table's many-row loops when it has them.
+    // F16 pools (the default) go through the table's many-row loops when it has them, one task for the query heads
+    // of a KV head, so that each K and V row is read once for all of them. Only where that leaves fewer tasks than
+    // threads (one token, few KV heads) are a KV head's query heads split over several tasks: a split reads the
+    // rows again, which costs more than uneven tasks do.
     const bool rows_at_once = k_pool.type == CELLM_TYPE_F16 && v_pool.type == CELLM_TYPE_F16 &&
                               kern.dots_f16 != nullptr && kern.weighted_sum_f16 != nullptr;
+    const int64_t n_kv = a.n_head / a.group, units = std::max<int64_t>(1, a.n_tokens * n_kv);
+    const int64_t splits =
+        rows_at_once ? std::clamp<int64_t>((pool.size() + units - 1) / units, 1, a.group) : a.group;
     scratch.rows.resize(static_cast<size_t>(pool.size()));
     scratch.scores.resize(static_cast<size_t>(pool.size()));
     scratch.query.resize(static_cast<size_t>(pool.size()));
     scratch.values.resize(static_cast<size_t>(pool.size()));
     const size_t window = static_cast<size_t>(a.max_blocks * a.block_size);
-    for (auto& s : scratch.scores) s.resize(std::max(s.size(), window));
+    const auto heads_most = static_cast<size_t>((a.group + splits - 1) / splits);
+    for (auto& s : scratch.scores) s.resize(std::max(s.size(), heads_most * window));
     for (auto& s : scratch.rows) s.resize(std::max(s.size(), window));
-    for (auto& s : scratch.query) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
+    for (auto& s : scratch.query) s.resize(std::max(s.size(), heads_most * static_cast<size_t>(a.head_dim)));
     for (auto& s : scratch.values) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
 
-    pool.run(a.n_tokens * a.n_head, [&](int64_t task, int thread) {
-        const int64_t t = task / a.n_head, h = task % a.n_head;
+    // Task (t, KV head, part) takes query heads [h, h + heads) of token t; one head each off the F16 path.
+    pool.run(a.n_tokens * n_kv * splits, [&](int64_t task, int thread) {
+        const int64_t t = task / (n_kv * splits), kv = task / splits % n_kv, part = task % splits;
+        const int64_t h = kv * a.group + part * a.group / splits;
+        const int64_t heads = kv * a.group + (part + 1) * a.group / splits - h;
         const int64_t first = a.first(t), last = a.position(t), offset = a.kv_offset(h);
         float* scores = scratch.scores[static_cast<size_t>(thread)].data();
         float* qr = scratch.query[static_cast<size_t>(thread)].data();
         float* values = scratch.values[static_cast<size_t>(thread)].data();
         // Rounded as the reference rounds MATMUL operands: q to the K pool's type, each weight to V's.
-        round(k_pool.type, q.f32() + task * a.head_dim, qr, a.head_dim);
+        round(k_pool.type, q.f32() + (t * a.n_head + h) * a.head_dim, qr, heads * a.head_dim);
         const int64_t count = last - first + 1;
-        float* out = node.f32() + task * a.head_dim;
+        float* out = node.f32() + (t * a.n_head + h) * a.head_dim;
         if (rows_at_once) {
             int64_t* rows = scratch.rows[static_cast<size_t>(thread)].data();
             for (int64_t j = first; j <= last; ++j) rows[j - first] = a.slot(t, j) * row + offset;
-            kern.dots_f16(qr, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
-            cpu::attention_weights(a, scores, count);
-            round(v_pool.type, scores, scores, count);
-            kern.weighted_sum_f16(scores, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim, out);
+            kern.dots_f16(qr, heads, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
+            for (int64_t g = 0; g < heads; ++g) cpu::attention_weights(a, scores + g * count, count);
+            round(v_pool.type, scores, scores, heads * count);
+            kern.weighted_sum_f16(scores, heads, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim,
+                                  out);
             return;
         }
         for (int64_t j = first; j <= last; ++j) scores[j - first] = key(a.slot(t, j), offset, qr, values);

@@ -1,5 +1,6 @@
-// ATTENTION over the paged KV cache, with (token, head) pairs spread across threads. K and V rows are read
-// where the block table says they are, in the pool's own type: no copy of a sequence's cache per step.
+// ATTENTION over the paged KV cache, with (token, KV head) pairs spread across threads (F16 pools; (token, query
+// head) pairs for the others). K and V rows are read where the block table says they are, in the pool's own
+// type: no copy of a sequence's cache per step.
 #pragma once
 
 #include "plan.hpp"
@@ -11,8 +12,8 @@ namespace cellm::openblas {
 
 // Per-thread memory of the attention op, reused between steps.
 struct AttentionScratch {
-    std::vector<std::vector<float>> scores;  // attention weights of one query
-    std::vector<std::vector<float>> query;   // the query rounded to the pool's type
+    std::vector<std::vector<float>> scores;  // attention weights of a task's queries, one row each
+    std::vector<std::vector<float>> query;   // a task's queries rounded to the pool's type
     std::vector<std::vector<float>> values;  // one head's K or V values of an I8 pool, expanded
     std::vector<std::vector<int64_t>> rows;  // where each key position's K and V start in an F16 pool
 };

@@ -80,12 +80,15 @@ struct Kernels {
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
     // y = x rounded to fp16 and back, as blocks::fp32_to_fp16 rounds finite values (to nearest, ties to even).
     void (*round_f16)(const float* x, float* y, int64_t n);
-    // Attention over an F16 pool, rows picked by element offsets from `base` (nullptr: the loops above, row by
-    // row). dots_f16: out[j] = dot_f16(q, base + rows[j], n). weighted_sum_f16: out = 0, then
-    // axpy_f16(weights[j], base + rows[j], out, n) for every j in order.
-    void (*dots_f16)(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* out);
-    void (*weighted_sum_f16)(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count,
-                             int64_t n, float* out);
+    // Attention over an F16 pool for `heads` query heads that share one KV head, rows picked by element offsets
+    // from `base` (nullptr: the loops above, row by row and head by head). Each K or V row is converted once for
+    // all the heads. dots_f16: scores[g * count + j] = dot_f16(q + g * n, base + rows[j], n). weighted_sum_f16:
+    // head g's output (out + g * n) starts at 0, then axpy_f16(weights[g * count + j], base + rows[j], out + g * n,
+    // n) for every j in order.
+    void (*dots_f16)(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
+                     int64_t n, float* scores);
+    void (*weighted_sum_f16)(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows,
+                             int64_t count, int64_t n, float* out);
     PackKColumns pack_k_columns = nullptr;  // nullptr: dot_q8k reads Q8KColumns directly
 };
 

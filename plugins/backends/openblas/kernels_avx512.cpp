@@ -623,7 +623,7 @@ void k_rows_dot_wide(const void* rows, uint64_t row_bytes, int64_t n_rows, const
 }
 
 Kernels make_table() {
-    Kernels k = x86::table<VnniProducts, 4, 4>("avx512-vnni");
+    Kernels k = x86::table<VnniProducts, 4, 4, 32>("avx512-vnni");
     k.dot_q8[0] = rows_dot_pairs<x86::Q8_0, 4, 4>;  // lanes_for(0) is false
     k.dot_q8[1] = rows_dot_wide<x86::Q4_0, 2, 4>;
     k.dot_q8[2] = rows_dot_wide<x86::Q4_1, 2, 4>;

@@ -36,6 +36,18 @@ float hsum(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+// hsum of a, b, c and d in lanes 0 to 3, each bit-equal to hsum's: the same adds of the same operands, four
+// vectors to an instruction.
+__m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    // Per 128-bit half, lanes l0+l4 .. l3+l7 of a and b (lo and hi half), then of c and d.
+    const __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    const __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    // (l0+l4)+(l2+l6) and (l1+l5)+(l3+l7): of a and c in the low half, of b and d in the high one.
+    const __m256 pairs = _mm256_add_ps(_mm256_shuffle_ps(ab, cd, 0x44), _mm256_shuffle_ps(ab, cd, 0xee));
+    const __m256 sums = _mm256_hadd_ps(pairs, pairs);  // a, c, a, c | b, d, b, d
+    return _mm_unpacklo_ps(_mm256_castps256_ps128(sums), _mm256_extractf128_ps(sums, 1));
+}
+
 // 16 bytes of packed 4-bit codes as 32 bytes: element j (low nibble of byte j) in lane j, element j + 16 (high
 // nibble) in lane j + 16, GGUF's order.
 __m256i unpack_nibbles(const uint8_t* packed) {
@@ -309,6 +321,17 @@ void round_f16(const float* x, float* y, int64_t n) {
 
 __m256 load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
+// Asks for the cache lines of halves [p, p + n). A step's K and V rows mostly come from memory (SmolLM2's cache
+// for 8 sessions of 300 tokens is 55 MB) in block-table order, which the hardware prefetchers do not foresee.
+void prefetch_halves(const uint16_t* p, int64_t n) {
+    const auto* first = reinterpret_cast<const char*>(p);
+    const auto* line = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(first) & ~uintptr_t{63});
+    for (; line < first + 2 * n; line += 64) _mm_prefetch(line, _MM_HINT_T0);
+}
+
+// How many rows ahead the attention loops ask for: enough to cover a memory latency with a row's work.
+constexpr int64_t rows_ahead = 16;
+
 float dot_f32(const float* a, const float* b, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
@@ -341,45 +364,139 @@ void axpy_f16(float a, const uint16_t* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] += a * _cvtsh_ss(x[i]);
 }
 
-// dot_f16 of q against many rows at once: four rows' chains run interleaved, which hides the FMA latency that
-// one short chain per row waits on; each chain and its final sum are dot_f16's.
-void dots_f16(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* out) {
-    int64_t j = 0;
-    for (; j + 4 <= count; j += 4) {
-        const uint16_t* r[4] = {base + rows[j], base + rows[j + 1], base + rows[j + 2], base + rows[j + 3]};
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        int64_t i = 0;
-        for (; i + 8 <= n; i += 8) {
-            const __m256 qv = _mm256_loadu_ps(q + i);
-            for (int k = 0; k < 4; ++k) acc[k] = _mm256_fmadd_ps(qv, load_f16(r[k] + i), acc[k]);
+// Runs f.template operator()<G>(h) over the query heads in chunks [h, h + G) of at most four, as even as
+// possible: the attention loops below keep G heads' sums in registers at once.
+template <class F>
+void by_head_chunks(int64_t heads, F&& f) {
+    const int64_t chunks = (heads + 3) / 4;
+    for (int64_t c = 0, h = 0; c < chunks; ++c) {
+        const int64_t size = (heads - h) / (chunks - c);
+        switch (size) {
+        case 1: f.template operator()<1>(h); break;
+        case 2: f.template operator()<2>(h); break;
+        case 3: f.template operator()<3>(h); break;
+        default: f.template operator()<4>(h); break;
         }
-        for (int k = 0; k < 4; ++k) {
-            float sum = hsum(acc[k]);
-            for (int64_t t = i; t < n; ++t) sum += q[t] * _cvtsh_ss(r[k][t]);
-            out[j + k] = sum;
-        }
+        h += size;
     }
-    for (; j < count; ++j) out[j] = dot_f16(q, base + rows[j], n);
 }
 
-// out = sum over j of weights[j] * row j, as repeated axpy_f16 from out = 0 computes it (per element, in j
-// order), with 64 outputs at a time kept in registers instead of loaded and stored for every row.
-void weighted_sum_f16(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
-                      float* out) {
+// Rows per dots tile of G heads with `Registers` vector registers: at most four, the R x G chains, R converted
+// rows and a query fitting with one to spare.
+constexpr int dot_rows(int G, int Registers) {
+    int R = 4;
+    while (R > 1 && G * R + R + 2 > Registers) --R;
+    return R;
+}
+
+// dot_f16 of G queries (head g's at q + g * n) against R rows: each row's halves are converted once for the G
+// queries and the R x G chains run interleaved; each chain and its final sum are dot_f16's.
+template <int G, int R>
+void dots_tile(const float* q, const uint16_t* const* r, int64_t n, float* out, int64_t out_stride) {
+    // Chain g * R + j: head g against row j. Every index into acc must be a constant once the loops unroll, or
+    // GCC keeps the chains in memory.
+    __m256 acc[G * R];
+#pragma GCC unroll 32
+    for (int m = 0; m < G * R; ++m) acc[m] = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m256 acc[8];
-        for (auto& a : acc) a = _mm256_setzero_ps();
-        for (int64_t j = 0; j < count; ++j) {
-            const __m256 w = _mm256_set1_ps(weights[j]);
-            const uint16_t* r = base + rows[j] + i;
-            for (int g = 0; g < 8; ++g) acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(w, load_f16(r + 8 * g)));
+    for (; i + 8 <= n; i += 8) {
+        __m256 k[R];
+#pragma GCC unroll 4
+        for (int j = 0; j < R; ++j) k[j] = load_f16(r[j] + i);
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) {
+            const __m256 qv = _mm256_loadu_ps(q + g * n + i);
+#pragma GCC unroll 4
+            for (int j = 0; j < R; ++j) acc[g * R + j] = _mm256_fmadd_ps(qv, k[j], acc[g * R + j]);
         }
-        for (int g = 0; g < 8; ++g) _mm256_storeu_ps(out + i + 8 * g, acc[g]);
     }
-    if (i == n) return;
-    std::fill(out + i, out + n, 0.0f);
-    for (int64_t j = 0; j < count; ++j) axpy_f16(weights[j], base + rows[j] + i, out + i, n - i);
+    // The chains' sums four at a time, then the rest one by one.
+    float sums[G * R];
+#pragma GCC unroll 8
+    for (int m = 0; m + 4 <= G * R; m += 4) _mm_storeu_ps(sums + m, hsum4(acc[m], acc[m + 1], acc[m + 2], acc[m + 3]));
+#pragma GCC unroll 4
+    for (int m = G * R / 4 * 4; m < G * R; ++m) sums[m] = hsum(acc[m]);
+    for (int g = 0; g < G; ++g)
+        for (int j = 0; j < R; ++j) {
+            float sum = sums[g * R + j];
+            for (int64_t t = i; t < n; ++t) sum += q[g * n + t] * _cvtsh_ss(r[j][t]);
+            out[g * out_stride + j] = sum;
+        }
+}
+
+template <int Registers>
+void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
+              float* out) {
+    by_head_chunks(heads, [&]<int G>(int64_t h) {
+        constexpr int R = dot_rows(G, Registers);
+        int64_t j = 0;
+        for (; j + R <= count; j += R) {
+            const uint16_t* r[R];
+            for (int k = 0; k < R; ++k) {
+                r[k] = base + rows[j + k];
+                if (j + k + rows_ahead < count) prefetch_halves(base + rows[j + k + rows_ahead], n);
+            }
+            dots_tile<G, R>(q + h * n, r, n, out + h * count + j, count);
+        }
+        for (; j < count; ++j) {
+            const uint16_t* r = base + rows[j];
+            dots_tile<G, 1>(q + h * n, &r, n, out + h * count + j, count);
+        }
+    });
+}
+
+// Vectors of eight outputs per weighted-sum block of G heads (8, 4, 2 or 1): the G x C sums, G weights and a
+// converted vector fit the registers with one to spare.
+constexpr int sum_vectors(int G, int Registers) {
+    int C = 8;
+    while (C > 1 && G * C + G + 2 > Registers) C /= 2;
+    return C;
+}
+
+// Outputs [i, i + 8C) of G heads (head g's weights at w + g * count, its output at out + g * n), kept in
+// registers across the rows; each row's halves are converted once for the G heads. Every output adds weight *
+// value in row order, as axpy_f16 from zero does.
+template <int G, int C>
+void sum_block(const float* w, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, int64_t i,
+               float* out) {
+    // Sum g * C + c: head g's outputs i + 8c .. i + 8c + 7 (constant indices, as in dots_tile).
+    __m256 acc[G * C];
+#pragma GCC unroll 32
+    for (int m = 0; m < G * C; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < count; ++j) {
+        const uint16_t* r = base + rows[j] + i;
+        if (j + rows_ahead < count) prefetch_halves(base + rows[j + rows_ahead] + i, 8 * C);
+        __m256 wv[G];
+#pragma GCC unroll 8
+        for (int g = 0; g < G; ++g) wv[g] = _mm256_set1_ps(w[g * count + j]);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+            const __m256 v = load_f16(r + 8 * c);
+#pragma GCC unroll 8
+            for (int g = 0; g < G; ++g) acc[g * C + c] = _mm256_add_ps(acc[g * C + c], _mm256_mul_ps(wv[g], v));
+        }
+    }
+#pragma GCC unroll 32
+    for (int m = 0; m < G * C; ++m) _mm256_storeu_ps(out + m / C * n + i + 8 * (m % C), acc[m]);
+}
+
+template <int Registers>
+void weighted_sum_f16(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
+                      int64_t n, float* out) {
+    by_head_chunks(heads, [&]<int G>(int64_t h) {
+        constexpr int C = sum_vectors(G, Registers);
+        const float* w = weights + h * count;
+        float* o = out + h * n;
+        int64_t i = 0;
+        for (; i + 8 * C <= n; i += 8 * C) sum_block<G, C>(w, base, rows, count, n, i, o);
+        for (; i + 8 <= n; i += 8) sum_block<G, 1>(w, base, rows, count, n, i, o);
+        for (; i < n; ++i)
+            for (int g = 0; g < G; ++g) {
+                float sum = 0.0f;
+                for (int64_t j = 0; j < count; ++j) sum += w[g * count + j] * _cvtsh_ss(base[rows[j] + i]);
+                o[g * n + i] = sum;
+            }
+    });
 }
 
 // ---- K-quants against Q8_K columns (blocks::dot_q8_k) ------------------------------------------------------
@@ -565,8 +682,9 @@ void k_rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KC
     }
 }
 
-// The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns.
-template <class Products, int R, int C>
+// The table for one instruction set: `Products` forms the integer lanes, R x C is the tile of rows and columns,
+// `Registers` the vector registers the attention loops may fill.
+template <class Products, int R, int C, int Registers>
 constexpr Kernels table(const char* isa) {
     return {
         isa,
@@ -582,8 +700,8 @@ constexpr Kernels table(const char* isa) {
         axpy_f32,
         axpy_f16,
         round_f16,
-        dots_f16,
-        weighted_sum_f16,
+        dots_f16<Registers>,
+        weighted_sum_f16<Registers>,
     };
 }
 
