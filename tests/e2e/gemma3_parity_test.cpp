@@ -8,7 +8,8 @@
 //  - scalar: teacher-forced logits against llama.cpp on kScalarPrompts only (87 of the 283 positions). The
 //    scalar backend is the slow reference (about 25 s a prompt here, 5 minutes for all six; the bars below were
 //    measured on all six), and openblas covers every prompt;
-//  - openblas with precision "fast": as openblas, with bars of its own against scalar and for greedy runs;
+//  - openblas with precision "fast": as openblas, but held to scalar by bars of its own (see
+//    TeacherForcedLogitsMatchScalar);
 //  - vulkan (exact precision, where it is built): teacher-forced logits against the scalar backend on
 //    kScalarPrompts, equal but for GELU's tanh (see TeacherForcedLogitsMatchScalar). That tanh alone moves this
 //    noisy model just past the llama.cpp cosine bar below (measured on lavapipe: 0.99503 against 0.99530; every
@@ -210,13 +211,16 @@ TEST_P(Gemma3Parity, TeacherForcedLogitsMatchScalar) {
         return;
     }
     if (GetParam() == kOpenblasFast) {
-        // Every product sums in another order: measured, cosine 0.99721 and largest difference 3.11. The bar is
-        // llama.cpp's own difference between its batch pass and its token-by-token decode of the same tokens.
+        // Every product sums in another order and GELU comes from fast precision's exp, which is closer to the
+        // true GELU than the reference's 1 + tanhf (that sum cancels for negative inputs). Measured: cosine
+        // 0.99507, largest difference 3.39, while against llama.cpp fast precision meets exact's bars with
+        // exact's worst cosine. The bar is kNoise times llama.cpp's own largest difference between its batch
+        // pass and its token-by-token decode of the same tokens (3.17), as the llama.cpp bars above are.
         double self_diff = 0.0;
         for (const auto& p : reference()["prompts"])
             self_diff = std::max(self_diff, p["batch_vs_decode_max_abs_diff"].get<double>());
         EXPECT_GE(worst_cosine, 0.99);
-        EXPECT_LE(worst_diff, self_diff);
+        EXPECT_LE(worst_diff, kNoise * self_diff);
         return;
     }
     // But Gemma's GEGLU takes a tanh, which the reference gets from libm (glibc's tanhf, not correctly rounded:
@@ -268,11 +272,7 @@ TEST_P(Gemma3Parity, GreedyGenerationsMatchLlamaCpp) {
                 "llama.cpp's first near tie\n",
                 GetParam().c_str(), identical, total, reference()["generator"]["greedy_tokens"].get<int>(),
                 reference()["llama_cpp_self_agreement"]["greedy_identical"].get<int>(), identical_to_near_tie, total);
-    // Fast precision rounds every product differently from llama.cpp, whose exact order openblas's exact
-    // precision follows, and this model turns that into earlier splits: measured 4 of 6 (exact: 6; llama.cpp's
-    // flash-attention-off run against its reference: 6). Its bar is what was measured, written in
-    // docs/benchmarks.md beside the speed it buys.
-    EXPECT_GE(identical_to_near_tie, GetParam() == kOpenblasFast ? 4 : 5);
+    EXPECT_GE(identical_to_near_tie, 5);
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryBackend, Gemma3Parity, ::testing::ValuesIn(backends()), [](const auto& param_info) {

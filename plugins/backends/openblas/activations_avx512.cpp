@@ -19,6 +19,8 @@ struct Avx512 {
     static void store(float* p, F v) { _mm512_storeu_ps(p, v); }
     static void store_partial(float* p, F v, int64_t n) { _mm512_mask_storeu_ps(p, first(n), v); }
 
+    static float reduce_max(F v) { return _mm512_reduce_max_ps(v); }
+    static float reduce_add(F v) { return _mm512_reduce_add_ps(v); }
     static F set1(float v) { return _mm512_set1_ps(v); }
     static F add(F a, F b) { return _mm512_add_ps(a, b); }
     static F mul(F a, F b) { return _mm512_mul_ps(a, b); }

@@ -2,6 +2,7 @@
 // the best table this CPU can run.
 #include "activations_fast.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -33,7 +34,20 @@ void silu(const float* x, float* out, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = silu_one(x[i]);
 }
 
-const Activations portable = {"portable", glu, gelu, silu};
+// In double, as the others: exact enough to stand in for the SIMD tables.
+void softmax(float* x, int64_t n, float scale) {
+    float best = -INFINITY;
+    for (int64_t i = 0; i < n; ++i) best = std::max(best, scale * x[i]);
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+        x[i] = static_cast<float>(std::exp(double{scale} * x[i] - best));
+        sum += x[i];
+    }
+    const auto inverse = static_cast<float>(1.0 / sum);
+    for (int64_t i = 0; i < n; ++i) x[i] *= inverse;
+}
+
+const Activations portable = {"portable", glu, gelu, silu, softmax};
 
 const Activations& best() { return *runnable_activations().front(); }
 
@@ -61,6 +75,6 @@ const std::vector<const Activations*>& runnable_activations() {
 
 void glu_fast(const float* gate, const float* up, float* out, int64_t n, bool gelu) { best().glu(gate, up, out, n, gelu); }
 void gelu_fast(const float* x, float* out, int64_t n) { best().gelu(x, out, n); }
-void silu_fast(const float* x, float* out, int64_t n) { best().silu(x, out, n); }
+void softmax_fast(float* x, int64_t n, float scale) { best().softmax(x, n, scale); }
 
 }  // namespace cellm::openblas

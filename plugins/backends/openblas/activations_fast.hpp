@@ -21,9 +21,10 @@ inline constexpr float gelu_cubic = 0.044715f;
 
 // out[i] = act(gate[i]) * up[i], act GELU when `gelu` else SiLU. out may be gate or up.
 void glu_fast(const float* gate, const float* up, float* out, int64_t n, bool gelu);
-// out[i] = GELU(x[i]) / SiLU(x[i]); out may be x.
+// out[i] = GELU(x[i]); out may be x. (The tables' SiLU is measured, not used: see plugin.cpp.)
 void gelu_fast(const float* x, float* out, int64_t n);
-void silu_fast(const float* x, float* out, int64_t n);
+// Attention's weights: x[j] = exp(scale x[j] - max) / sum, over n > 0 finite scores, in place.
+void softmax_fast(float* x, int64_t n, float scale);
 
 // The functions above for one instruction set; tests and benchmarks reach every table the CPU can run.
 struct Activations {
@@ -31,6 +32,7 @@ struct Activations {
     void (*glu)(const float* gate, const float* up, float* out, int64_t n, bool gelu);
     void (*gelu)(const float* x, float* out, int64_t n);
     void (*silu)(const float* x, float* out, int64_t n);
+    void (*softmax)(float* x, int64_t n, float scale);
 };
 
 // nullptr when not compiled in (non-x86 builds).

@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 namespace cellm::openblas::x86 {
@@ -84,9 +86,47 @@ void silu(const float* x, float* out, int64_t n) {
     apply<V, false, false>(x, nullptr, out, n);
 }
 
+// exp(w) for w <= 0 (a score less the largest), 0 below w_min.
+template <class V>
+typename V::F exp_nonpositive(typename V::F w) {
+    using F = typename V::F;
+    const F clamped = V::max(w, V::set1(w_min));
+    const F n = V::round(V::mul(clamped, V::set1(static_cast<float>(log2e))));
+    const F r = V::fma(n, V::set1(-ln2_lo), V::fma(n, V::set1(-ln2_hi), clamped));
+    return V::where_above(V::mul(w, V::set1(-1.0f)), -w_min, V::set1(0.0f), V::ldexp(exp_reduced<V>(r), n));
+}
+
+template <class V>
+void softmax(float* x, int64_t n, float scale) {
+    using F = typename V::F;
+    float best = -INFINITY;
+    int64_t i = 0;
+    if (n >= V::lanes) {
+        F top = V::mul(V::load(x), V::set1(scale));
+        for (i = V::lanes; i + V::lanes <= n; i += V::lanes) top = V::max(top, V::mul(V::load(x + i), V::set1(scale)));
+        best = V::reduce_max(top);
+    }
+    for (int64_t j = i; j < n; ++j) best = std::max(best, scale * x[j]);
+    F sum = V::set1(0.0f);
+    float tail = 0.0f;
+    for (i = 0; i + V::lanes <= n; i += V::lanes) {
+        const F e = exp_nonpositive<V>(V::fma(V::load(x + i), V::set1(scale), V::set1(-best)));
+        V::store(x + i, e);
+        sum = V::add(sum, e);
+    }
+    if (i < n) {
+        const F e = exp_nonpositive<V>(V::fma(V::load_partial(x + i, n - i), V::set1(scale), V::set1(-best)));
+        V::store_partial(x + i, e, n - i);
+        for (int64_t j = i; j < n; ++j) tail += x[j];
+    }
+    const F inverse = V::set1(1.0f / (V::reduce_add(sum) + tail));
+    for (i = 0; i + V::lanes <= n; i += V::lanes) V::store(x + i, V::mul(V::load(x + i), inverse));
+    if (i < n) V::store_partial(x + i, V::mul(V::load_partial(x + i, n - i), inverse), n - i);
+}
+
 template <class V>
 constexpr Activations table(const char* isa) {
-    return {isa, glu<V>, gelu<V>, silu<V>};
+    return {isa, glu<V>, gelu<V>, silu<V>, softmax<V>};
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "attention.hpp"
 
+#include "activations_fast.hpp"
 #include "blocks.h"
 #include "kernels.hpp"
 #include "reference_kernels.hpp"
@@ -8,7 +9,7 @@
 
 namespace cellm::openblas {
 
-void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch) {
+void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch, bool fast) {
     const cpu::AttentionShape a = cpu::check_attention(plan, index);
     const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
     const cpu::Node& q = plan.nodes[static_cast<size_t>(node.src[0])];
@@ -65,6 +66,15 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
     for (auto& s : scratch.query) s.resize(std::max(s.size(), heads_most * static_cast<size_t>(a.head_dim)));
     for (auto& s : scratch.values) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
 
+    // Scores to weights: the reference's softmax, or fast precision's vectorised one where there is no soft cap;
+    // then each weight rounded to V's type as MATMUL operands are (and as llama.cpp's f16 attention does: left
+    // unrounded, Gemma-3's logits moved 2x further from llama.cpp's than its own noise).
+    auto weigh = [&](float* scores, int64_t count) {
+        if (fast && a.softcap == 0.0f) softmax_fast(scores, count, a.scale);
+        else cpu::attention_weights(a, scores, count);
+        round(v_pool.type, scores, scores, count);
+    };
+
     // Task (t, KV head, part) takes query heads [h, h + heads) of token t; one head each off the F16 path.
     pool.run(a.n_tokens * n_kv * splits, [&](int64_t task, int thread) {
         const int64_t t = task / (n_kv * splits), kv = task / splits % n_kv, part = task % splits;
@@ -82,15 +92,13 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
             int64_t* rows = scratch.rows[static_cast<size_t>(thread)].data();
             for (int64_t j = first; j <= last; ++j) rows[j - first] = a.slot(t, j) * row + offset;
             kern.dots_f16(qr, heads, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
-            for (int64_t g = 0; g < heads; ++g) cpu::attention_weights(a, scores + g * count, count);
-            round(v_pool.type, scores, scores, heads * count);
+            for (int64_t g = 0; g < heads; ++g) weigh(scores + g * count, count);
             kern.weighted_sum_f16(scores, heads, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim,
                                   out);
             return;
         }
         for (int64_t j = first; j <= last; ++j) scores[j - first] = key(a.slot(t, j), offset, qr, values);
-        cpu::attention_weights(a, scores, count);
-        round(v_pool.type, scores, scores, count);
+        weigh(scores, count);
         std::fill(out, out + a.head_dim, 0.0f);
         for (int64_t j = first; j <= last; ++j) add_value(scores[j - first], a.slot(t, j), offset, out, values);
     });

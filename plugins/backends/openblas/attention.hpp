@@ -19,6 +19,7 @@ struct AttentionScratch {
 };
 
 // Runs node `index` (ATTENTION) of `plan`; throws plugin::Failure on out-of-range runtime inputs.
-void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch);
+// `fast`: fast precision's softmax (activations_fast.hpp) instead of the reference's.
+void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch, bool fast = false);
 
 }  // namespace cellm::openblas

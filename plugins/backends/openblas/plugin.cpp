@@ -1,5 +1,6 @@
 // The "openblas" backend: the reference kernels except where a step spends its time (MATMUL, ATTENTION),
 // which run on a persistent thread pool with SIMD kernels chosen for this CPU and OpenBLAS SGEMM.
+#include "activations_fast.hpp"
 #include "attention.hpp"
 #include "frame.hpp"
 #include "kernels.hpp"
@@ -54,9 +55,12 @@ public:
             case CELLM_OP_MATMUL:
                 matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_, fast_ ? &repacked_ : nullptr);
                 break;
-            case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_); break;
+            case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_, fast_); break;
             case CELLM_OP_SELF_ATTENTION: self_attention(plan, index, pool_, self_attention_); break;
             case CELLM_OP_ROPE: rope(plan, node); break;
+            case CELLM_OP_GLU: case CELLM_OP_GELU:
+                fast_ && takes_gelu(node) ? gelu(plan, node) : run_split(plan, index);
+                break;
             default: run_split(plan, index); break;
             }
         }
@@ -89,6 +93,21 @@ private:
                   [&](int64_t task, int) { run(task * per_task, std::min(parts, (task + 1) * per_task)); });
     }
     static constexpr int64_t min_split_elements = 16384;
+
+    // Fast precision's GELU (activations_fast.hpp), vectorised where the reference calls libm's tanhf for each
+    // element (15% of Gemma-3's prefill). SiLU stays the reference's: its expf is cheap, and SmolLM2 turned the
+    // fast one's last-place differences into logits further from scalar's than llama.cpp is from itself.
+    static bool takes_gelu(const cpu::Node& node) { return node.op == CELLM_OP_GELU || node.iparams[0] == 1; }
+    void gelu(const cpu::Plan& plan, const cpu::Node& node) {
+        const float* x = src(plan, node, 0).f32();
+        const float* up = node.op == CELLM_OP_GLU ? src(plan, node, 1).f32() : nullptr;
+        const int64_t width = node.ne[0];
+        split(node.rows(), node.nelements(), [&](int64_t r0, int64_t r1) {
+            const int64_t at = r0 * width, n = (r1 - r0) * width;
+            if (up != nullptr) glu_fast(x + at, up + at, node.f32() + at, n, true);
+            else gelu_fast(x + at, node.f32() + at, n);
+        });
+    }
 
     // The angles of every token of a step for one set of ROPE parameters. Every layer's Q and K rotate by the
     // same angles, so each set is computed once per step (the pow, cos and sin cost more than the rotations).
