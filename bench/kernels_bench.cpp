@@ -111,12 +111,14 @@ struct MatmulCase {
     int64_t k, m, n;
     int threads;
     bool sgemm;  // matmul_sgemm whatever the type, instead of what the backend runs
+    bool fast = false;  // fast precision: the block formats on repacked rows (repacked.hpp)
 };
 
 // What runs: the int8 tiles (Q8 or Q8_K), SGEMM over expanded panels, or expanded rows meeting each column
 // (matmul.hpp).
 const char* path_name(const MatmulCase& c) {
     if (c.sgemm) return "sgemm";
+    if (c.fast) return "repacked";
     if (blocks::has_q8_dot(c.type) || blocks::has_q8k_dot(c.type)) return "int8";
     return c.n >= openblas::blas_min_columns ? "sgemm" : "rows";
 }
@@ -137,14 +139,21 @@ const char* type_name(cellm_dtype type) {
 void bench_matmul(benchmark::State& state, const MatmulCase& c) {
     const Weights& w = weights(c.type, c.k, c.m);
     std::vector<float> x = random_floats(c.k * c.n, 2), y(static_cast<size_t>(c.m * c.n));
-    const cpu::Node wn = tensor(CELLM_OP_WEIGHT, c.type, {c.k, c.m, 1, 1}, w.storage.data());
+    cpu::Node wn = tensor(CELLM_OP_WEIGHT, c.type, {c.k, c.m, 1, 1}, w.storage.data());
+    // Read-only, as a mapped model is: fast precision repacks only such weights.
+    cellm_buffer buffer;
+    buffer.data = wn.data;
+    buffer.size = w.bytes;
+    buffer.writable = false;
+    wn.buffer = &buffer;
     const cpu::Node xn = tensor(CELLM_OP_INPUT, CELLM_TYPE_F32, {c.k, c.n, 1, 1}, x.data());
     const cpu::Node yn = tensor(CELLM_OP_MATMUL, CELLM_TYPE_F32, {c.m, c.n, 1, 1}, y.data());
     openblas::ThreadPool pool(c.threads);
     openblas::MatmulScratch scratch;
-    const auto run = c.sgemm ? openblas::matmul_sgemm : openblas::matmul;
+    openblas::RepackedWeights repacked;
     for (auto _ : state) {
-        run(wn, xn, yn, pool, scratch);
+        if (c.sgemm) openblas::matmul_sgemm(wn, xn, yn, pool, scratch);
+        else openblas::matmul(wn, xn, yn, pool, scratch, c.fast ? &repacked : nullptr);
         benchmark::ClobberMemory();
     }
     const double iterations = static_cast<double>(state.iterations());
@@ -181,6 +190,16 @@ void register_matmuls() {
             // The integer tiles against expanding the weights for SGEMM, on the types models use most.
             if (type == CELLM_TYPE_Q8_0 || type == CELLM_TYPE_Q4_1)
                 register_matmul(s, {type, s.k, s.m, prefill_columns, 2, true});
+        }
+    // Fast precision's repacked rows, where this CPU has them (the first run repacks).
+    if (openblas::repacked_dot() == nullptr) return;
+    for (const MatmulShape& s : matmul_shapes)
+        for (cellm_dtype type : s.types) {
+            if (openblas::repacked_format(type) == nullptr) continue;
+            for (const int64_t n : {decode_columns, sessions_columns}) register_matmul(s, {type, s.k, s.m, n, 2, false, true});
+            if (!s.prefill) continue;
+            register_matmul(s, {type, s.k, s.m, prefill_columns, 1, false, true});
+            register_matmul(s, {type, s.k, s.m, prefill_columns, 2, false, true});
         }
 }
 
