@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -32,14 +33,6 @@ Stored stored(cellm_dtype type) {
     }
 }
 
-// Element e's code as an unsigned byte (the byte formats).
-uint8_t unsigned_code(cellm_dtype type, const Stored& s, const uint8_t* block, int e) {
-    if (type == CELLM_TYPE_Q8_0) return static_cast<uint8_t>(static_cast<int8_t>(block[s.qs_at + e]) + 128);
-    uint32_t qh;
-    std::memcpy(&qh, block + s.qh_at, sizeof qh);
-    const uint8_t nibble = e < 16 ? block[s.qs_at + e] & 0x0F : block[s.qs_at + e - 16] >> 4;
-    return static_cast<uint8_t>(nibble | (((qh >> e) & 1u) << 4));
-}
 
 // Rows of group g into `out` (the group's blocks).
 void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::byte* out) {
@@ -55,8 +48,18 @@ void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::b
             if (f.nibbles) {
                 for (int q = 0; q < 4; ++q) std::memcpy(codes + q * 64 + r * 4, block + s.qs_at + 4 * q, 4);
             } else {
-                for (int j = 0; j < 8; ++j)
-                    for (int t = 0; t < 4; ++t) codes[j * 64 + r * 4 + t] = unsigned_code(w.type, s, block, 4 * j + t);
+                for (int e = 0; e < 32; ++e)
+                    codes[e / 4 * 64 + r * 4 + e % 4] = static_cast<uint8_t>(static_cast<int8_t>(block[s.qs_at + e]) + 128);
+            }
+            if (f.fifth_bits) {
+                uint32_t qh;
+                std::memcpy(&qh, block + s.qh_at, sizeof qh);
+                for (int j = 0; j < 8; ++j) {
+                    uint64_t mask;
+                    std::memcpy(&mask, codes + 256 + 8 * j, sizeof mask);
+                    mask |= uint64_t{(qh >> (4 * j)) & 0xFu} << (4 * r);
+                    std::memcpy(codes + 256 + 8 * j, &mask, sizeof mask);
+                }
             }
             std::memcpy(codes + f.code_bytes() + 2 * r, block, 2);
             if (f.affine) std::memcpy(codes + f.code_bytes() + 32 + 2 * r, block + s.m_at, 2);
@@ -82,21 +85,23 @@ bool in_read_only_file_mapping(uintptr_t begin, uintptr_t end) {
     return false;
 }
 
-// Products no longer read the stored rows, so where they are a read-only file mapping (a GGUF opened in place)
-// their pages leave this process rather than stay resident beside the copy. Other memory is left alone.
+// Drops this process's pages inside [data, data + size) (whole pages only).
 void release_pages(const std::byte* data, uint64_t size) {
     const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
     const uintptr_t begin = (reinterpret_cast<uintptr_t>(data) + page - 1) / page * page;
     const uintptr_t end = (reinterpret_cast<uintptr_t>(data) + size) / page * page;
-    if (end > begin && in_read_only_file_mapping(begin, end))
-        madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is fine
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);  // advice: failure is fine
 }
+
+// Groups repacked between page releases: about 4096 rows, so a large weight (Gemma-3's 178 MB embedding) never
+// has its stored rows and its copy resident at once.
+constexpr int64_t release_groups = 256;
 
 }  // namespace
 
 const RepackedFormat* repacked_format(cellm_dtype type) {
-    static constexpr RepackedFormat q4_0{true, false, 8}, q4_1{true, true, 0}, q5_0{false, false, 16},
-        q5_1{false, true, 0}, q8_0{false, false, 128};
+    static constexpr RepackedFormat q4_0{true, false, false, 8}, q4_1{true, false, true, 0},
+        q5_0{true, true, false, 16}, q5_1{true, true, true, 0}, q8_0{false, false, false, 128};
     switch (type) {
     case CELLM_TYPE_Q4_0: return &q4_0;
     case CELLM_TYPE_Q4_1: return &q4_1;
@@ -125,8 +130,19 @@ const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool)
     r.bytes = static_cast<uint64_t>(r.groups() * group_bytes);
     r.data = cpu::AlignedBytes(r.bytes);
     std::byte* base = r.data.data();
-    pool.run(r.groups(), [&](int64_t g, int) { repack_group(w, f, g, base + g * group_bytes); });
-    release_pages(w.data, blocks::row_bytes(w.type, r.k) * static_cast<uint64_t>(r.m));
+    // Products no longer read the stored rows, so where they are a read-only file mapping (a GGUF opened in
+    // place) their pages leave this process as they are repacked. Other memory is left alone.
+    const uint64_t row_bytes = blocks::row_bytes(w.type, r.k);
+    const auto first = reinterpret_cast<uintptr_t>(w.data);
+    const bool release = in_read_only_file_mapping(first, first + row_bytes * static_cast<uint64_t>(r.m));
+    for (int64_t g0 = 0; g0 < r.groups(); g0 += release_groups) {
+        const int64_t n = std::min(release_groups, r.groups() - g0);
+        pool.run(n, [&](int64_t g, int) { repack_group(w, f, g0 + g, base + (g0 + g) * group_bytes); });
+        if (release) {
+            const int64_t rows = std::min(n * group_rows, r.m - g0 * group_rows);
+            release_pages(w.data + static_cast<uint64_t>(g0 * group_rows) * row_bytes, static_cast<uint64_t>(rows) * row_bytes);
+        }
+    }
     bytes_ += r.bytes;
     new_bytes_ += r.bytes;
     ++new_count_;

@@ -6,11 +6,12 @@
 // eight float lanes per block and pays three float operations for every integer one.
 //
 // Layout of group g (rows 16g .. 16g + 15, zero rows past the end), block after block:
-// - codes: four chunks of 64 bytes for the nibble formats (chunk q: row r's stored bytes 4q .. 4q + 3 at 4r, low
-//   nibbles elements 4q.., high nibbles 16 + 4q..), eight chunks for the others (chunk j: row r's codes
-//   4j .. 4j + 3 as unsigned bytes: Q5's 0..31, Q8_0's q + 128);
+// - codes: for the 4- and 5-bit formats, four chunks of 64 bytes (chunk q: row r's stored nibble bytes
+//   4q .. 4q + 3 at 4r; low nibbles are elements 4q.., high nibbles 16 + 4q..), and for Q5 eight 64-bit masks
+//   (mask j: bit 4r + t is the fifth bit of row r's element 4j + t); for Q8_0 eight chunks of 64 bytes (chunk j:
+//   row r's codes 4j .. 4j + 3 plus 128, as unsigned bytes);
 // - d: the 16 rows' fp16 scales as stored; m: their fp16 mins (Q4_1, Q5_1).
-// Q4_0, Q4_1 and Q8_0 keep their size; Q5_0 and Q5_1 grow by half (their codes unpacked to bytes).
+// Every format keeps its stored size.
 #pragma once
 
 #include "kernels.hpp"
@@ -31,11 +32,12 @@ namespace cellm::openblas {
 inline constexpr int64_t group_rows = 16;
 
 struct RepackedFormat {
-    bool nibbles;   // codes stay 4-bit (Q4_0, Q4_1)
-    bool affine;    // a min per block (Q4_1, Q5_1)
-    int32_t bias;   // what the unsigned codes carry over the stored value: 8, 16, 128, or 0 when affine
-    int64_t code_bytes() const { return nibbles ? 256 : 512; }
-    int64_t block_bytes() const { return code_bytes() + 32 + (affine ? 32 : 0); }
+    bool nibbles;      // codes as nibble chunks (the 4- and 5-bit formats)
+    bool fifth_bits;   // and fifth-bit masks (Q5_0, Q5_1)
+    bool affine;       // a min per block (Q4_1, Q5_1)
+    int32_t bias;      // what the unsigned codes carry over the stored value: 8, 16, 128, or 0 when affine
+    constexpr int64_t code_bytes() const { return nibbles ? 256 + (fifth_bits ? 64 : 0) : 512; }
+    constexpr int64_t block_bytes() const { return code_bytes() + 32 + (affine ? 32 : 0); }
 };
 
 // The format of a weight type, or nullptr for types fast precision does not repack.

@@ -22,10 +22,11 @@ int32_t code_quad(const int8_t* codes, int j) {
     return v;
 }
 
-template <bool Nibbles, bool Affine, int C>
+template <bool Nibbles, bool Fifth, bool Affine, int C>
 void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int32_t* starts, float* y,
                int64_t y_stride, __mmask16 rows) {
-    constexpr int64_t code_bytes = Nibbles ? 256 : 512, block_bytes = code_bytes + 32 + (Affine ? 32 : 0);
+    constexpr int64_t code_bytes = RepackedFormat{Nibbles, Fifth, Affine, 0}.code_bytes();
+    constexpr int64_t block_bytes = RepackedFormat{Nibbles, Fifth, Affine, 0}.block_bytes();
     __m512 acc[C];
     for (auto& a : acc) a = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
@@ -37,6 +38,13 @@ void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int
                 const __m512i packed = _mm512_loadu_si512(b + 64 * q);
                 w[q] = _mm512_and_si512(packed, low);
                 w[q + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);
+            }
+            if constexpr (Fifth) {
+                for (int j = 0; j < 8; ++j) {
+                    __mmask64 bits;
+                    std::memcpy(&bits, b + 256 + 8 * j, sizeof bits);
+                    w[j] = _mm512_mask_add_epi8(w[j], bits, w[j], _mm512_set1_epi8(16));
+                }
             }
         } else {
             for (int j = 0; j < 8; ++j) w[j] = _mm512_loadu_si512(b + 64 * j);
@@ -62,10 +70,10 @@ Q8Columns columns_from(const Q8Columns& x, int64_t c) {
             nullptr};
 }
 
-template <bool Nibbles, bool Affine>
+template <bool Nibbles, bool Fifth, bool Affine>
 void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, const int32_t* starts, int64_t n_cols,
          float* y, int64_t y_stride) {
-    const int64_t nb = w.k / 32, group_bytes = nb * RepackedFormat{Nibbles, Affine, 0}.block_bytes();
+    const int64_t nb = w.k / 32, group_bytes = nb * RepackedFormat{Nibbles, Fifth, Affine, 0}.block_bytes();
     for (int64_t g = g0; g < g1; ++g) {
         const std::byte* group = w.data.data() + g * group_bytes;
         const int64_t r0 = g * group_rows;
@@ -75,14 +83,14 @@ void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, co
             const int32_t* s = starts + c * nb;
             float* out = y + c * y_stride + r0;
             switch (std::min<int64_t>(8, n_cols - c)) {
-            case 1: group_dot<Nibbles, Affine, 1>(group, nb, cols, s, out, y_stride, rows); break;
-            case 2: group_dot<Nibbles, Affine, 2>(group, nb, cols, s, out, y_stride, rows); break;
-            case 3: group_dot<Nibbles, Affine, 3>(group, nb, cols, s, out, y_stride, rows); break;
-            case 4: group_dot<Nibbles, Affine, 4>(group, nb, cols, s, out, y_stride, rows); break;
-            case 5: group_dot<Nibbles, Affine, 5>(group, nb, cols, s, out, y_stride, rows); break;
-            case 6: group_dot<Nibbles, Affine, 6>(group, nb, cols, s, out, y_stride, rows); break;
-            case 7: group_dot<Nibbles, Affine, 7>(group, nb, cols, s, out, y_stride, rows); break;
-            default: group_dot<Nibbles, Affine, 8>(group, nb, cols, s, out, y_stride, rows); break;
+            case 1: group_dot<Nibbles, Fifth, Affine, 1>(group, nb, cols, s, out, y_stride, rows); break;
+            case 2: group_dot<Nibbles, Fifth, Affine, 2>(group, nb, cols, s, out, y_stride, rows); break;
+            case 3: group_dot<Nibbles, Fifth, Affine, 3>(group, nb, cols, s, out, y_stride, rows); break;
+            case 4: group_dot<Nibbles, Fifth, Affine, 4>(group, nb, cols, s, out, y_stride, rows); break;
+            case 5: group_dot<Nibbles, Fifth, Affine, 5>(group, nb, cols, s, out, y_stride, rows); break;
+            case 6: group_dot<Nibbles, Fifth, Affine, 6>(group, nb, cols, s, out, y_stride, rows); break;
+            case 7: group_dot<Nibbles, Fifth, Affine, 7>(group, nb, cols, s, out, y_stride, rows); break;
+            default: group_dot<Nibbles, Fifth, Affine, 8>(group, nb, cols, s, out, y_stride, rows); break;
             }
         }
     }
@@ -90,11 +98,13 @@ void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, co
 
 void dot_any(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, const int32_t* starts,
              int64_t n_cols, float* y, int64_t y_stride) {
-    const RepackedFormat& f = *repacked_format(w.type);
-    if (f.nibbles && f.affine) dot<true, true>(w, g0, g1, x, starts, n_cols, y, y_stride);
-    else if (f.nibbles) dot<true, false>(w, g0, g1, x, starts, n_cols, y, y_stride);
-    else if (f.affine) dot<false, true>(w, g0, g1, x, starts, n_cols, y, y_stride);
-    else dot<false, false>(w, g0, g1, x, starts, n_cols, y, y_stride);
+    switch (w.type) {
+    case CELLM_TYPE_Q4_0: dot<true, false, false>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
+    case CELLM_TYPE_Q4_1: dot<true, false, true>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
+    case CELLM_TYPE_Q5_0: dot<true, true, false>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
+    case CELLM_TYPE_Q5_1: dot<true, true, true>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
+    default: dot<false, false, false>(w, g0, g1, x, starts, n_cols, y, y_stride); break;  // Q8_0
+    }
 }
 
 }  // namespace
