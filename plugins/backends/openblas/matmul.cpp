@@ -58,18 +58,35 @@ void pack_in_parts(ThreadPool& pool, int64_t n, Pack pack) {
     else pool.run(pool.size(), [&](int64_t part, int) { pack(part, pool.size()); });
 }
 
-// The quantized path for weight types with a Q8 dot product: bit-equal to the reference for any split.
-void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
-    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 32;
+// x's columns quantized to Q8 blocks (blocks::quantize_q8) in the scratch, unless they already are.
+Q8Columns quantized_columns(const cpu::Node& x, int32_t x_index, ThreadPool& pool, MatmulScratch& s) {
+    const int64_t k = x.ne[0], n = x.rows(), nb = k / 32;
     int8_t* codes = sized(s.codes, n * k);
     float* scales = sized(s.scales, n * nb);
     float* sums = sized(s.sums, n * nb);
     int32_t* offsets = sized(s.offsets, n * nb * 8);
+    int32_t* code_sums = sized(s.code_sums, n * nb);
+    if (x_index < 0 || x_index != s.q8_input) {
+        const Kernels& kern = kernels();
+        pool.run(n, [&](int64_t c, int) {
+            kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
+            for (int64_t i = 0; i < nb; ++i) {
+                int32_t sum = 0;
+                for (int e = 0; e < 32; ++e) sum += codes[(c * nb + i) * 32 + e];
+                code_sums[c * nb + i] = sum;
+            }
+        });
+        s.q8_input = x_index;
+    }
+    return {codes, scales, sums, offsets, nb};
+}
+
+// The quantized path for weight types with a Q8 dot product: bit-equal to the reference for any split.
+void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s,
+               int32_t x_index) {
+    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 32;
     const Kernels& kern = kernels();
-    pool.run(n, [&](int64_t c, int) {
-        kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
-    });
-    Q8Columns columns{codes, scales, sums, offsets, nb};
+    Q8Columns columns = quantized_columns(x, x_index, pool, s);
     const int sl = slot(w.type);
     if (kern.pack_columns != nullptr && sl >= 0) {
         s.packed.resize(kern.pack_columns(columns, n, sl, nullptr, 0, 1));
@@ -89,35 +106,24 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
         }
         for (int64_t r = r0; r < r1; ++r)
             for (int64_t c = 0; c < n; ++c)
-                y.f32()[c * m + r] = blocks::dot_q8(type, w.data + static_cast<uint64_t>(r) * row_bytes, codes + c * k,
-                                                    scales + c * nb, sums + c * nb, k);
+                y.f32()[c * m + r] = blocks::dot_q8(type, w.data + static_cast<uint64_t>(r) * row_bytes,
+                                                    columns.codes + c * k, columns.scales + c * nb,
+                                                    columns.sums + c * nb, k);
     });
 }
 
 // Fast precision's path for the block formats: the columns quantized as in matmul_q8, the rows repacked once.
 bool matmul_repacked(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s,
-                     RepackedWeights& repacked) {
+                     RepackedWeights& repacked, int32_t x_index) {
     const RepackedDot dot = repacked_dot();
     const RepackedFormat* f = repacked_format(w.type);
     // Only read-only weights: a writable buffer could change under its repacked copy.
     if (dot == nullptr || f == nullptr || w.buffer == nullptr || w.buffer->writable) return false;
-    const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 32;
-    int8_t* codes = sized(s.codes, n * k);
-    float* scales = sized(s.scales, n * nb);
-    float* sums = sized(s.sums, n * nb);
-    int32_t* offsets = sized(s.offsets, n * nb * 8);
+    const int64_t m = w.ne[1], n = x.rows(), nb = w.ne[0] / 32;
+    const Q8Columns columns = quantized_columns(x, x_index, pool, s);
     int32_t* starts = sized(s.starts, n * nb);
-    const Kernels& kern = kernels();
-    pool.run(n, [&](int64_t c, int) {
-        kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
-        for (int64_t i = 0; i < nb; ++i) {
-            int32_t sum = 0;
-            for (int e = 0; e < 32; ++e) sum += codes[(c * nb + i) * 32 + e];
-            starts[c * nb + i] = -f->bias * sum;
-        }
-    });
+    for (int64_t b = 0; b < n * nb; ++b) starts[b] = -f->bias * s.code_sums[static_cast<size_t>(b)];
     const RepackedWeight& rows = repacked.get(w, pool);
-    const Q8Columns columns{codes, scales, sums, offsets, nb};
     const int64_t groups = rows.groups();
     const int64_t per_task = std::max<int64_t>(1, groups / (static_cast<int64_t>(pool.size()) * 8));
     pool.run((groups + per_task - 1) / per_task, [&](int64_t task, int) {
@@ -131,6 +137,7 @@ bool matmul_repacked(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y,
 // reference (blocks::dot_q8_k) for any split.
 void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 256;
+    s.q8_input = -1;  // the arrays below now hold Q8_K blocks
     int8_t* codes = sized(s.codes, n * k);
     float* scales = sized(s.scales, n * nb);
     int16_t* sums = sized(s.k_sums, n * nb * 16);
@@ -227,9 +234,9 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
 }  // namespace
 
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch,
-            RepackedWeights* repacked) {
-    if (repacked != nullptr && matmul_repacked(w, x, y, pool, scratch, *repacked)) return;
-    if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch);
+            RepackedWeights* repacked, int32_t x_index) {
+    if (repacked != nullptr && matmul_repacked(w, x, y, pool, scratch, *repacked, x_index)) return;
+    if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch, x_index);
     else if (blocks::has_q8k_dot(w.type)) matmul_q8k(w, x, y, pool, scratch);
     else if (x.rows() >= blas_min_columns) matmul_sgemm(w, x, y, pool, scratch);
     else matmul_rows(w, x, y, pool, scratch);

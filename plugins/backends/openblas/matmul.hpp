@@ -30,7 +30,11 @@ struct MatmulScratch {
     std::vector<int8_t> codes;          // Q8 activations, column after column
     std::vector<float> scales, sums;    // per block of 32, column after column
     std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
+    std::vector<int32_t> code_sums;     // the codes' sum per block of 32
     std::vector<int32_t> starts;        // fast precision: -bias * code sum per block of 32 (RepackedDot)
+    // The plan node whose quantization the Q8 arrays above hold (-1: none or unknown): products of one input
+    // (Q, K and V; gate and up) quantize it once. The executor resets it for every plan it runs.
+    int32_t q8_input = -1;
     std::vector<int16_t> k_sums;        // Q8_K: 16 per block of 256, column after column
     std::vector<std::byte> packed;      // the columns as the kernel table's pack_columns lays them out
     std::vector<float> rounded;         // activations as the weight type's dot product sees them
@@ -39,8 +43,9 @@ struct MatmulScratch {
 
 // `repacked` is nullptr in exact precision; in fast precision the block formats go through it (repacked.hpp)
 // where this CPU has the kernel.
+// `x_index` is x's node in the plan being run (-1: unknown, always quantize).
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch,
-            RepackedWeights* repacked = nullptr);
+            RepackedWeights* repacked = nullptr, int32_t x_index = -1);
 
 // The SGEMM path for any weight type: Y^T (n x m) = X (n x k) W^T with X rounded by blocks::round_activations
 // and W expanded panel by panel. MATMUL uses it for the float types; for the block formats it is only

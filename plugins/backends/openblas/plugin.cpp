@@ -48,12 +48,14 @@ public:
 
     void run(cpu::Plan& plan) override {
         angles_.clear();
+        matmul_.q8_input = -1;  // node indices name this plan's values only
         for (size_t i = 0; i < plan.nodes.size(); ++i) {
             const auto index = static_cast<int32_t>(i);
             const cpu::Node& node = plan.nodes[i];
             switch (node.op) {
             case CELLM_OP_MATMUL:
-                matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_, fast_ ? &repacked_ : nullptr);
+                matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_, fast_ ? &repacked_ : nullptr,
+                       node.src[1]);
                 break;
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_, fast_); break;
             case CELLM_OP_SELF_ATTENTION: self_attention(plan, index, pool_, self_attention_); break;
@@ -75,13 +77,17 @@ public:
 private:
     // The other ops through the reference kernels, rows split across the pool.
     void run_split(cpu::Plan& plan, int32_t index) {
-        split(cpu::reference_parts(plan, index), plan.nodes[static_cast<size_t>(index)].nelements(),
+        const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
+        // An exp per element (SiLU, GELU and their GLUs) pays for the hand-off at an eighth of the size: eight
+        // sessions' SwiGLU on one thread took a tenth of a SmolLM2 decode step.
+        const bool costly = node.op == CELLM_OP_GLU || node.op == CELLM_OP_SILU || node.op == CELLM_OP_GELU;
+        split(cpu::reference_parts(plan, index), node.nelements() * (costly ? 8 : 1),
               [&](int64_t begin, int64_t end) { cpu::run_reference_part(plan, index, begin, end); });
     }
 
-    // run(begin, end) over `parts` independent units of an op that writes `elements` values: split across the
-    // pool when there are enough of them to pay for the hand-off (prefill; a decode step's vectors are faster
-    // on one thread), else whole. Fewer than two parts means the op must run whole.
+    // run(begin, end) over `parts` independent units of an op that writes `elements` values (weighted by their
+    // cost): split across the pool when there are enough of them to pay for the hand-off (prefill; a decode
+    // step's vectors are faster on one thread), else whole. Fewer than two parts means the op must run whole.
     template <class Run>
     void split(int64_t parts, int64_t elements, Run run) {
         if (parts < 2 || elements < min_split_elements) {
