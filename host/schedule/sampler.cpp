@@ -19,18 +19,13 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
         throw Error("sampler: logits row larger than the token id range");
 
     // NaN would break the ordering every filter relies on; such a token is simply never chosen.
-    candidates_.resize(logits.size());
-    for (size_t i = 0; i < logits.size(); ++i) {
-        const float logit = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
-        candidates_[i] = {static_cast<int32_t>(i), logit};
-    }
+    scores_.resize(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i)
+        scores_[i] = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
     penalize(recent_tokens);
 
-    if (params_.temperature <= 0.0f) {
-        const auto best = std::max_element(candidates_.begin(), candidates_.end(),
-                                           [](const Candidate& a, const Candidate& b) { return a.logit < b.logit; });
-        return best->id;
-    }
+    if (params_.temperature <= 0.0f)
+        return static_cast<int32_t>(std::max_element(scores_.begin(), scores_.end()) - scores_.begin());
     keep_top_k();
     keep_top_p();
     keep_min_p();
@@ -51,10 +46,10 @@ void Sampler::penalize(std::span<const int32_t> recent_tokens) {
         const auto next = std::find_if(run, seen.end(), [id](int32_t t) { return t != id; });
         const auto count = static_cast<float>(next - run);
         run = next;
-        if (id < 0 || static_cast<size_t>(id) >= candidates_.size())
+        if (id < 0 || static_cast<size_t>(id) >= scores_.size())
             throw Error("sampler: recent token id " + std::to_string(id) + " outside the vocabulary of " +
-                        std::to_string(candidates_.size()));
-        float& logit = candidates_[static_cast<size_t>(id)].logit;
+                        std::to_string(scores_.size()));
+        float& logit = scores_[static_cast<size_t>(id)];
         if (params_.repeat_penalty != 1.0f) logit = logit > 0.0f ? logit / params_.repeat_penalty : logit * params_.repeat_penalty;
         logit -= count * params_.frequency_penalty + params_.presence_penalty;
     }
@@ -62,17 +57,44 @@ void Sampler::penalize(std::span<const int32_t> recent_tokens) {
 
 // Leaves the candidates sorted by logit, highest first (lowest id first among equals), for the later filters.
 void Sampler::keep_top_k() {
-    const auto by_logit = [](const Candidate& a, const Candidate& b) {
-        return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
-    };
     const size_t k = static_cast<size_t>(std::max(params_.top_k, 0));
-    if (k == 0 || k >= candidates_.size()) {
-        std::sort(candidates_.begin(), candidates_.end(), by_logit);
+    if (k > 0 && k < scores_.size()) {
+        select_top_k(k);
         return;
     }
-    std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k), candidates_.end(),
-                      by_logit);
-    candidates_.resize(k);
+    candidates_.resize(scores_.size());
+    for (size_t i = 0; i < scores_.size(); ++i) candidates_[i] = {static_cast<int32_t>(i), scores_[i]};
+    std::sort(candidates_.begin(), candidates_.end(), better);
+}
+
+// The k best in one pass over the scores, without a vocabulary-sized candidate list: a heap of the best so far
+// (the worst of them on top), met by each block of scores only where the block's largest beats that worst one.
+// Ids arrive in ascending order, so a score equal to the worst kept one never displaces it: the same k tokens, in
+// the same order, as a partial sort of every candidate.
+void Sampler::select_top_k(size_t k) {
+    candidates_.clear();
+    size_t i = 0;
+    for (; i < k; ++i) candidates_.push_back({static_cast<int32_t>(i), scores_[i]});
+    std::make_heap(candidates_.begin(), candidates_.end(), better);
+    auto offer = [&](size_t id) {
+        if (scores_[id] <= candidates_.front().logit) return;
+        std::pop_heap(candidates_.begin(), candidates_.end(), better);
+        candidates_.back() = {static_cast<int32_t>(id), scores_[id]};
+        std::push_heap(candidates_.begin(), candidates_.end(), better);
+    };
+    constexpr size_t block = 64;
+    for (; i % block != 0 && i < scores_.size(); ++i) offer(i);
+    for (; i + block <= scores_.size(); i += block) {
+        // Eight running maxima, which the compiler keeps in one vector register.
+        float lanes[8];
+        std::copy_n(scores_.data() + i, 8, lanes);
+        for (size_t j = i + 8; j < i + block; j += 8)
+            for (size_t l = 0; l < 8; ++l) lanes[l] = scores_[j + l] > lanes[l] ? scores_[j + l] : lanes[l];
+        if (*std::max_element(lanes, lanes + 8) <= candidates_.front().logit) continue;
+        for (size_t j = i; j < i + block; ++j) offer(j);
+    }
+    for (; i < scores_.size(); ++i) offer(i);
+    std::sort_heap(candidates_.begin(), candidates_.end(), better);
 }
 
 // Keeps the smallest head of the candidates whose probability mass reaches top_p.

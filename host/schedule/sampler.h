@@ -41,16 +41,22 @@ private:
         int32_t id;
         float logit;
     };
+    // The filters' order: higher logit first, lower id first among equals.
+    static bool better(const Candidate& a, const Candidate& b) {
+        return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+    }
 
     void penalize(std::span<const int32_t> recent_tokens);
     void keep_top_k();
+    void select_top_k(size_t k);
     void keep_top_p();
     void keep_min_p();
     int32_t draw();
 
     SamplingParams params_;
     std::mt19937_64 engine_;
-    std::vector<Candidate> candidates_;  // reused between steps: a vocabulary-sized buffer
+    std::vector<float> scores_;          // the row with NaN as -inf and penalties applied; reused between steps
+    std::vector<Candidate> candidates_;  // the tokens still in the running, best first after keep_top_k
 };
 
 // Watches generated text for stop strings. Text that could still turn out to be the start of a stop string is

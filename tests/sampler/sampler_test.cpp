@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -119,6 +120,49 @@ TEST(Sampler, TopKKeepsOnlyTheKBestTokens) {
     params.top_k = 2;
     const std::vector<float> logits{0.0f, 5.0f, 4.9f, 4.8f};
     EXPECT_EQ(support(histogram(params, logits, 2000)), (std::set<int32_t>{1, 2}));
+}
+
+// The one-pass top-k selection against its definition: every candidate sorted (higher logit first, lower id
+// first among equals), the first k kept, then the draw over them, with the engine the sampler seeds. Rows with
+// runs of equal logits, NaN and -inf, at vocabulary sizes around the selection's blocks of 64.
+TEST(Sampler, TopKSelectionEqualsSortingEveryToken) {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> level(0, 40);
+    for (const size_t vocab : {65u, 130u, 1000u, 49152u})
+        for (const int k : {1, 2, 40, 63, 64, 65}) {
+            if (static_cast<size_t>(k) >= vocab) continue;
+            SamplingParams params = plain(1.0f, 7);
+            params.top_k = k;
+            Sampler sampler(params);
+            std::mt19937_64 engine(7);
+            for (int row = 0; row < 5; ++row) {
+                std::vector<float> logits(vocab);
+                for (float& l : logits) l = 0.25f * static_cast<float>(level(rng));  // many ties
+                logits[vocab / 3] = std::numeric_limits<float>::quiet_NaN();
+                logits[vocab / 2] = -std::numeric_limits<float>::infinity();
+                std::vector<std::pair<float, int32_t>> all;
+                for (size_t i = 0; i < vocab; ++i)
+                    all.emplace_back(std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i],
+                                     static_cast<int32_t>(i));
+                std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+                    return a.first != b.first ? a.first > b.first : a.second < b.second;
+                });
+                all.resize(static_cast<size_t>(k));
+                double total = 0.0;
+                for (const auto& [logit, id] : all) total += std::exp(double{logit} - all.front().first);
+                const double target = static_cast<double>(engine() >> 11) * 0x1.0p-53 * total;
+                double cumulative = 0.0;
+                int32_t expected = all.back().second;
+                for (const auto& [logit, id] : all) {
+                    cumulative += std::exp(double{logit} - all.front().first);
+                    if (target < cumulative) {
+                        expected = id;
+                        break;
+                    }
+                }
+                ASSERT_EQ(sampler.sample(logits, {}), expected) << "vocabulary " << vocab << ", k " << k << ", row " << row;
+            }
+        }
 }
 
 TEST(Sampler, TopPKeepsTheSmallestHeadReachingTheMass) {
