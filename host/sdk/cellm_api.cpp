@@ -5,6 +5,7 @@
 #include "engine_core.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <new>
@@ -234,10 +235,15 @@ const char* cellm_finish_reason_name(cellm_finish_reason reason) {
 
 // ---- Engine ------------------------------------------------------------------------------------------------
 
+void cellm_engine_options_init_size(cellm_engine_options* options, size_t size) {
+    if (options == nullptr || size < sizeof(options->struct_size)) return;
+    std::memset(options, 0, size);  // the caller's struct, whichever header it was built with
+    options->struct_size = size;
+}
+
+#undef cellm_engine_options_init
 void cellm_engine_options_init(cellm_engine_options* options) {
-    if (options == nullptr) return;
-    std::memset(options, 0, sizeof(*options));
-    options->struct_size = sizeof(*options);
+    cellm_engine_options_init_size(options, offsetof(cellm_engine_options, precision));
 }
 
 cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine** engine) {

@@ -93,8 +93,14 @@ typedef struct cellm_engine_options {
                                 the backend checks the value */
 } cellm_engine_options;
 
-/* Zeroes *options and sets struct_size. */
+/* Zeroes the `size` bytes of *options and sets struct_size to `size`. Call it through the macro below, which passes
+ * the size of the struct the caller was compiled with: a library newer than the caller's header then never writes
+ * past the caller's struct. (Since 1.2.) */
+CELLM_API void cellm_engine_options_init_size(cellm_engine_options* options, size_t size);
+/* Zeroes *options and sets struct_size. Since 1.2 a macro (sizeof does not evaluate its operand); the function of
+ * the name stays for programs built against 1.1 headers and initialises their struct, which ends at mmproj_path. */
 CELLM_API void cellm_engine_options_init(cellm_engine_options* options);
+#define cellm_engine_options_init(options) cellm_engine_options_init_size((options), sizeof *(options))
 
 /* Loads everything the manifest names and starts the scheduler thread. On success *engine is a new handle the
  * caller owns (release it with cellm_engine_close); on failure *engine is NULL. Loading a model takes time:
