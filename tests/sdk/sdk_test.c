@@ -527,17 +527,18 @@ static void case_basics(void) {
         /* A program built against the 1.1 header: its struct ends at mmproj_path, and the library writes nothing
          * past it, through the sized init or through the function its binary calls. */
         const size_t v1_1 = offsetof(cellm_engine_options, precision);
-        unsigned char bytes[sizeof(cellm_engine_options) + 16];
-        cellm_engine_options* old = (cellm_engine_options*)(void*)bytes;
+        cellm_engine_options storage[2]; /* aligned room past the struct for the guard bytes */
+        unsigned char* bytes = (unsigned char*)storage;
+        cellm_engine_options* old = &storage[0];
         for (int pass = 0; pass < 2; ++pass) {
-            memset(bytes, 0xA5, sizeof bytes);
+            memset(bytes, 0xA5, sizeof storage);
             if (pass == 0) cellm_engine_options_init_size(old, v1_1);
             else (cellm_engine_options_init)(old); /* the function, not the macro */
             size_t untouched = 0;
-            for (size_t i = v1_1; i < sizeof bytes; ++i) untouched += bytes[i] == 0xA5;
-            CHECK(old->struct_size == v1_1 && old->threads == 0 && untouched == sizeof bytes - v1_1,
+            for (size_t i = v1_1; i < sizeof storage; ++i) untouched += bytes[i] == 0xA5;
+            CHECK(old->struct_size == v1_1 && old->threads == 0 && untouched == sizeof storage - v1_1,
                   "a 1.1-sized init (pass %d): struct_size %zu, %zu of %zu bytes past it untouched", pass,
-                  old->struct_size, untouched, sizeof bytes - v1_1);
+                  old->struct_size, untouched, sizeof storage - v1_1);
         }
         /* Its open reads nothing past its struct: the byte pattern where precision would be is never followed. */
         old->manifest_path = cfg.manifest;
