@@ -69,7 +69,7 @@ public:
         if (const auto [count, bytes] = repacked_.take_new(); count > 0)
             plugin::log(CELLM_LOG_INFO, "openblas",
                         "fast precision repacked " + std::to_string(count) + " weights (" + mib(bytes) + " MiB; " +
-                            mib(repacked_.bytes()) + " MiB held beside the model's own)");
+                            mib(repacked_.bytes()) + " MiB in all, in place of the mapped rows they came from)");
     }
     int threads() const override { return pool_.size(); }
     void forget(const std::byte* begin, uint64_t size) override { repacked_.forget(begin, size); }
