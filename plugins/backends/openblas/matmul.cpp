@@ -65,16 +65,10 @@ Q8Columns quantized_columns(const cpu::Node& x, int32_t x_index, ThreadPool& poo
     float* scales = sized(s.scales, n * nb);
     float* sums = sized(s.sums, n * nb);
     int32_t* offsets = sized(s.offsets, n * nb * 8);
-    int32_t* code_sums = sized(s.code_sums, n * nb);
     if (x_index < 0 || x_index != s.q8_input) {
         const Kernels& kern = kernels();
         pool.run(n, [&](int64_t c, int) {
             kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
-            for (int64_t i = 0; i < nb; ++i) {
-                int32_t sum = 0;
-                for (int e = 0; e < 32; ++e) sum += codes[(c * nb + i) * 32 + e];
-                code_sums[c * nb + i] = sum;
-            }
         });
         s.q8_input = x_index;
     }
@@ -121,8 +115,13 @@ bool matmul_repacked(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y,
     if (dot == nullptr || f == nullptr || w.buffer == nullptr || w.buffer->writable) return false;
     const int64_t m = w.ne[1], n = x.rows(), nb = w.ne[0] / 32;
     const Q8Columns columns = quantized_columns(x, x_index, pool, s);
+    // -bias times each block's code sum, from the offsets quantize_q8 already holds (-128 times each quad's sum).
     int32_t* starts = sized(s.starts, n * nb);
-    for (int64_t b = 0; b < n * nb; ++b) starts[b] = -f->bias * s.code_sums[static_cast<size_t>(b)];
+    for (int64_t b = 0; b < n * nb; ++b) {
+        int32_t offset = 0;
+        for (int l = 0; l < 8; ++l) offset += columns.offsets[b * 8 + l];
+        starts[b] = f->bias * (offset / 128);
+    }
     const RepackedWeight& rows = repacked.get(w, pool);
     const int64_t groups = rows.groups();
     const int64_t per_task = std::max<int64_t>(1, groups / (static_cast<int64_t>(pool.size()) * 8));

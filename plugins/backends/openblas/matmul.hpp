@@ -30,7 +30,6 @@ struct MatmulScratch {
     std::vector<int8_t> codes;          // Q8 activations, column after column
     std::vector<float> scales, sums;    // per block of 32, column after column
     std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
-    std::vector<int32_t> code_sums;     // the codes' sum per block of 32
     std::vector<int32_t> starts;        // fast precision: -bias * code sum per block of 32 (RepackedDot)
     // The plan node whose quantization the Q8 arrays above hold (-1: none or unknown): products of one input
     // (Q, K and V; gate and up) quantize it once. The executor resets it for every plan it runs.
