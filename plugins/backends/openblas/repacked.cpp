@@ -33,7 +33,6 @@ Stored stored(cellm_dtype type) {
     }
 }
 
-
 // Rows of group g into `out` (the group's blocks).
 void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::byte* out) {
     const Stored s = stored(w.type);
