@@ -1,12 +1,53 @@
 #include "memory.hpp"
 
+#include <sys/mman.h>
+
 #include <new>
 
 namespace cellm::cpu {
+namespace {
 
-AlignedBytes::AlignedBytes(uint64_t size)
-    : data_(static_cast<std::byte*>(::operator new(size > 0 ? size : 1, std::align_val_t{alignment}))) {}
+constexpr uint64_t huge_page = uint64_t{2} << 20;
 
-void AlignedBytes::Free::operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{alignment}); }
+// A private anonymous mapping of `size` bytes (a multiple of huge_page) starting on a huge-page boundary:
+// mapped one huge page larger, then trimmed at both ends. nullptr when the system refuses.
+std::byte* map_huge_aligned(uint64_t size) {
+    void* p = mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    const auto begin = reinterpret_cast<uintptr_t>(p);
+    const uintptr_t aligned = (begin + huge_page - 1) & ~(huge_page - 1);
+    if (aligned > begin) munmap(p, aligned - begin);
+    const uintptr_t end = begin + size + huge_page;
+    if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
+    madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice: a kernel without THP ignores it
+    return reinterpret_cast<std::byte*>(aligned);
+}
+
+// AddressSanitizer guards heap blocks, not mappings: its builds keep every allocation on the heap.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool map_large = false;
+#else
+constexpr bool map_large = true;
+#endif
+
+}  // namespace
+
+AlignedBytes::AlignedBytes(uint64_t size) {
+    if (map_large && size >= huge_page) {
+        const uint64_t mapped = (size + huge_page - 1) & ~(huge_page - 1);
+        if (std::byte* p = map_huge_aligned(mapped)) {
+            data_ = std::unique_ptr<std::byte, Free>(p, Free{mapped});
+            return;
+        }
+        throw std::bad_alloc();
+    }
+    data_ = std::unique_ptr<std::byte, Free>(
+        static_cast<std::byte*>(::operator new(size > 0 ? size : 1, std::align_val_t{alignment})), Free{0});
+}
+
+void AlignedBytes::Free::operator()(std::byte* p) const {
+    if (mapped > 0) munmap(p, mapped);
+    else ::operator delete(p, std::align_val_t{alignment});
+}
 
 }  // namespace cellm::cpu

@@ -96,6 +96,9 @@ void release_pages(const std::byte* data, uint64_t size) {
 // has its stored rows and its copy resident at once.
 constexpr int64_t release_groups = 256;
 
+// The size of a shared chunk of repacked weights; larger weights get a chunk of their own.
+constexpr uint64_t chunk_bytes = uint64_t{32} << 20;
+
 }  // namespace
 
 const RepackedFormat* repacked_format(cellm_dtype type) {
@@ -127,8 +130,8 @@ const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool)
     r.m = w.ne[1];
     const int64_t group_bytes = r.k / 32 * f.block_bytes();
     r.bytes = static_cast<uint64_t>(r.groups() * group_bytes);
-    r.data = cpu::AlignedBytes(r.bytes);
-    std::byte* base = r.data.data();
+    std::byte* base = allocate(r.bytes, r.chunk);
+    r.data = base;
     // Products no longer read the stored rows, so where they are a read-only file mapping (a GGUF opened in
     // place) their pages leave this process as they are repacked. Other memory is left alone.
     const uint64_t row_bytes = blocks::row_bytes(w.type, r.k);
@@ -146,6 +149,23 @@ const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool)
     new_bytes_ += r.bytes;
     ++new_count_;
     return by_address_.emplace(w.data, std::move(r)).first->second;
+}
+
+std::byte* RepackedWeights::allocate(uint64_t bytes, std::shared_ptr<const cpu::AlignedBytes>& chunk) {
+    const uint64_t size = (bytes + cpu::alignment - 1) / cpu::alignment * cpu::alignment;
+    if (size >= chunk_bytes) {
+        chunk = std::make_shared<const cpu::AlignedBytes>(size);
+        return chunk->data();
+    }
+    chunk = filling_.lock();
+    if (chunk == nullptr || filling_used_ + size > chunk_bytes) {
+        chunk = std::make_shared<const cpu::AlignedBytes>(chunk_bytes);
+        filling_ = chunk;
+        filling_used_ = 0;
+    }
+    std::byte* at = chunk->data() + filling_used_;
+    filling_used_ += size;
+    return at;
 }
 
 void RepackedWeights::forget(const std::byte* begin, uint64_t size) {

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -47,7 +48,8 @@ struct RepackedWeight {
     cellm_dtype type = CELLM_TYPE_F32;
     int64_t k = 0, m = 0;  // row length and rows
     uint64_t bytes = 0;
-    cpu::AlignedBytes data;
+    const std::byte* data = nullptr;  // inside `chunk`
+    std::shared_ptr<const cpu::AlignedBytes> chunk;
     int64_t groups() const { return (m + group_rows - 1) / group_rows; }
 };
 
@@ -72,6 +74,12 @@ public:
     std::pair<int, uint64_t> take_new() { return {std::exchange(new_count_, 0), std::exchange(new_bytes_, 0)}; }
 
 private:
+    // Repacked weights share chunks of huge pages (cpu::AlignedBytes): SmolLM2's are 211 weights of 0.1 to
+    // 0.5 MB, each too small for a huge page of its own. A chunk is freed with the last weight in it.
+    std::byte* allocate(uint64_t bytes, std::shared_ptr<const cpu::AlignedBytes>& chunk);
+    std::weak_ptr<const cpu::AlignedBytes> filling_;  // the chunk new weights go to, while any weight uses it
+    uint64_t filling_used_ = 0;
+
     std::map<const std::byte*, RepackedWeight> by_address_;
     uint64_t bytes_ = 0, new_bytes_ = 0;
     int new_count_ = 0;

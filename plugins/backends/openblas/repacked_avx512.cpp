@@ -75,7 +75,7 @@ void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, co
          float* y, int64_t y_stride) {
     const int64_t nb = w.k / 32, group_bytes = nb * RepackedFormat{Nibbles, Fifth, Affine, 0}.block_bytes();
     for (int64_t g = g0; g < g1; ++g) {
-        const std::byte* group = w.data.data() + g * group_bytes;
+        const std::byte* group = w.data + g * group_bytes;
         const int64_t r0 = g * group_rows;
         const auto rows = static_cast<__mmask16>(w.m - r0 >= 16 ? 0xFFFF : (1u << (w.m - r0)) - 1);
         for (int64_t c = 0; c < n_cols; c += 8) {
