@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -231,6 +232,11 @@ TEST(OpenblasKernels, FloatAndHalfLoops) {
         table->round_f16(r.data(), rounded.data(), n);
         for (int64_t i = 0; i < n; ++i)
             EXPECT_EQ(rounded[i], cellm::blocks::fp16_to_fp32(cellm::blocks::fp32_to_fp16(r[i]))) << r[i];
+        // The bits too, NaNs with payloads among them (a vector holding one goes one value at a time).
+        r[40] = std::bit_cast<float>(0x7fc01234u), r[41] = std::bit_cast<float>(0xffa00001u);
+        std::vector<uint16_t> halves(n);
+        table->to_f16(r.data(), halves.data(), n);
+        for (int64_t i = 0; i < n; ++i) EXPECT_EQ(halves[i], cellm::blocks::fp32_to_fp16(r[i])) << r[i];
     }
 }
 

@@ -80,6 +80,8 @@ struct Kernels {
     void (*axpy_f16)(float a, const uint16_t* x, float* y, int64_t n);
     // y = x rounded to fp16 and back, as blocks::fp32_to_fp16 rounds finite values (to nearest, ties to even).
     void (*round_f16)(const float* x, float* y, int64_t n);
+    // y = x as fp16 bits, each as blocks::fp32_to_fp16 converts it (NaN included): KV_STORE into F16 pools.
+    void (*to_f16)(const float* x, uint16_t* y, int64_t n);
     // Attention over an F16 pool for `heads` query heads that share one KV head, rows picked by element offsets
     // from `base` (nullptr: the loops above, row by row and head by head). Each K or V row is converted once for
     // all the heads. dots_f16: scores[g * count + j] = dot_f16(q + g * n, base + rows[j], n). weighted_sum_f16:

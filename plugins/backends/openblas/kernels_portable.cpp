@@ -33,9 +33,13 @@ void round_f16(const float* x, float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) y[i] = blocks::fp16_to_fp32(blocks::fp32_to_fp16(x[i]));
 }
 
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] = blocks::fp32_to_fp16(x[i]);
+}
+
 const Kernels table = {
     "portable", quantize_q8, {}, {}, nullptr,
-    blocks::quantize_q8_k, {}, dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16, nullptr, nullptr,
+    blocks::quantize_q8_k, {}, dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16, to_f16, nullptr, nullptr,
 };
 
 }  // namespace

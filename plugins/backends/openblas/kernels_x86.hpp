@@ -319,6 +319,16 @@ void round_f16(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
 }
 
+void to_f16(const float* x, uint16_t* y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        if (_mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)) != 0) break;  // F16C keeps a NaN's payload
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    }
+    for (; i < n; ++i) y[i] = blocks::fp32_to_fp16(x[i]);
+}
+
 __m256 load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 // Asks for the cache lines of halves [p, p + n). A step's K and V rows mostly come from memory (SmolLM2's cache
@@ -700,6 +710,7 @@ constexpr Kernels table(const char* isa) {
         axpy_f32,
         axpy_f16,
         round_f16,
+        to_f16,
         dots_f16<Registers>,
         weighted_sum_f16<Registers>,
     };

@@ -60,6 +60,7 @@ public:
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_, fast_); break;
             case CELLM_OP_SELF_ATTENTION: self_attention(plan, index, pool_, self_attention_); break;
             case CELLM_OP_ROPE: rope(plan, node); break;
+            case CELLM_OP_KV_STORE: kv_store(plan, index); break;
             case CELLM_OP_GLU: case CELLM_OP_GELU:
                 fast_ && takes_gelu(node) ? gelu(plan, node) : run_split(plan, index);
                 break;
@@ -113,6 +114,18 @@ private:
             if (up != nullptr) glu_fast(x + at, up + at, node.f32() + at, n, true);
             else gelu_fast(x + at, node.f32() + at, n);
         });
+    }
+
+    // F16 pools through the table's conversion (F16C), where the reference converts each value in software.
+    void kv_store(cpu::Plan& plan, int32_t index) {
+        const cpu::Node& pool = plan.nodes[static_cast<size_t>(index)];
+        if (pool.type != CELLM_TYPE_F16) return run_split(plan, index);
+        const cpu::Node& rows = src(plan, pool, 1);
+        const int32_t* slots = src(plan, pool, 2).i32();
+        graph::check_slots(cpu::error_prefix(), plan.nodes, index, slots);  // all of them before any write
+        auto* halves = reinterpret_cast<uint16_t*>(pool.data);
+        for (int64_t t = 0; t < rows.ne[1]; ++t)
+            kernels().to_f16(rows.f32() + t * rows.ne[0], halves + slots[t] * pool.ne[0], pool.ne[0]);
     }
 
     // The angles of every token of a step for one set of ROPE parameters. Every layer's Q and K rotate by the
