@@ -99,14 +99,25 @@ void rms_norm(const Context& c) {
     const Node& x = c.src(0);
     const int64_t n = x.ne[0];
     const float eps = c.node.fparams[0];
-    for (int64_t r = c.begin; r < c.end; ++r) {
-        const float* in = x.f32() + r * n;
-        float* out = c.node.f32() + r * n;
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(in[i]) * static_cast<double>(in[i]);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(sum / static_cast<double>(n)) + eps);
-        for (int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
-    }
+    // Each row's sum of squares in double, in index order. Four rows go at once, so that their chains of
+    // dependent adds overlap (one row alone waits on each add's latency: a tenth of an 8-session decode step).
+    auto normalize = [&]<int Rows>(int64_t r) {
+        double sum[Rows] = {};
+        for (int64_t i = 0; i < n; ++i)
+            for (int j = 0; j < Rows; ++j) {
+                const auto v = static_cast<double>(x.f32()[(r + j) * n + i]);
+                sum[j] += v * v;
+            }
+        for (int j = 0; j < Rows; ++j) {
+            const float scale = 1.0f / std::sqrt(static_cast<float>(sum[j] / static_cast<double>(n)) + eps);
+            const float* in = x.f32() + (r + j) * n;
+            float* out = c.node.f32() + (r + j) * n;
+            for (int64_t i = 0; i < n; ++i) out[i] = in[i] * scale;
+        }
+    };
+    int64_t r = c.begin;
+    for (; r + 4 <= c.end; r += 4) normalize.template operator()<4>(r);
+    for (; r < c.end; ++r) normalize.template operator()<1>(r);
     if (c.has(1)) broadcast_apply(c.node, c.node.f32(), c.src(1), c.begin, c.end, [](float a, float w) { return a * w; });
 }
 
