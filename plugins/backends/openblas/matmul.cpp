@@ -71,6 +71,7 @@ Q8Columns quantized_columns(const cpu::Node& x, int32_t x_index, ThreadPool& poo
             kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
         });
         s.q8_input = x_index;
+        s.q8k_input = -1;  // the arrays now hold Q8 blocks
     }
     return {codes, scales, sums, offsets, nb};
 }
@@ -133,17 +134,21 @@ bool matmul_repacked(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y,
 }
 
 // The K-quants: each column quantized once to Q8_K blocks, then integer dots per block; bit-equal to the
-// reference (blocks::dot_q8_k) for any split.
-void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s) {
+// reference (blocks::dot_q8_k) for any split. The rows are read at `stored`: w's own, or fast precision's copy.
+void matmul_q8k(const cpu::Node& w, const std::byte* stored, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool,
+                MatmulScratch& s, int32_t x_index) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 256;
-    s.q8_input = -1;  // the arrays below now hold Q8_K blocks
     int8_t* codes = sized(s.codes, n * k);
     float* scales = sized(s.scales, n * nb);
     int16_t* sums = sized(s.k_sums, n * nb * 16);
     const Kernels& kern = kernels();
-    pool.run(n, [&](int64_t c, int) {
-        kern.quantize_q8k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
-    });
+    if (x_index < 0 || x_index != s.q8k_input) {
+        pool.run(n, [&](int64_t c, int) {
+            kern.quantize_q8k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
+        });
+        s.q8_input = -1;  // the arrays now hold Q8_K blocks
+        s.q8k_input = x_index;
+    }
     Q8KColumns columns{codes, scales, sums, nb};
     if (kern.pack_k_columns != nullptr) {
         s.packed.resize(kern.pack_k_columns(columns, n, nullptr, 0, 1));
@@ -158,12 +163,12 @@ void matmul_q8k(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thre
     const uint64_t row_bytes = blocks::row_bytes(type, k);
     for_row_tasks(pool, m, rows_per_task(m, pool.size(), 8), [&](int64_t r0, int64_t r1, int) {
         if (fast != nullptr) {
-            fast(w.data + static_cast<uint64_t>(r0) * row_bytes, row_bytes, r1 - r0, columns, n, y.f32() + r0, m);
+            fast(stored + static_cast<uint64_t>(r0) * row_bytes, row_bytes, r1 - r0, columns, n, y.f32() + r0, m);
             return;
         }
         for (int64_t r = r0; r < r1; ++r)
             for (int64_t c = 0; c < n; ++c)
-                y.f32()[c * m + r] = blocks::dot_q8_k(type, w.data + static_cast<uint64_t>(r) * row_bytes, codes + c * k,
+                y.f32()[c * m + r] = blocks::dot_q8_k(type, stored + static_cast<uint64_t>(r) * row_bytes, codes + c * k,
                                                       scales + c * nb, sums + c * nb * 16, k);
     });
 }
@@ -236,7 +241,11 @@ void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPo
             RepackedWeights* repacked, int32_t x_index) {
     if (repacked != nullptr && matmul_repacked(w, x, y, pool, scratch, *repacked, x_index)) return;
     if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch, x_index);
-    else if (blocks::has_q8k_dot(w.type)) matmul_q8k(w, x, y, pool, scratch);
+    else if (blocks::has_q8k_dot(w.type)) {
+        // Fast precision reads read-only K-quant weights from its copy in huge pages (repacked.hpp).
+        const bool copy = repacked != nullptr && copied_as_stored(w.type) && w.buffer != nullptr && !w.buffer->writable;
+        matmul_q8k(w, copy ? repacked->get(w, pool).data : w.data, x, y, pool, scratch, x_index);
+    }
     else if (x.rows() >= blas_min_columns) matmul_sgemm(w, x, y, pool, scratch);
     else matmul_rows(w, x, y, pool, scratch);
 }

@@ -34,6 +34,7 @@ struct MatmulScratch {
     // The plan node whose quantization the Q8 arrays above hold (-1: none or unknown): products of one input
     // (Q, K and V; gate and up) quantize it once. The executor resets it for every plan it runs.
     int32_t q8_input = -1;
+    int32_t q8k_input = -1;             // the same for Q8_K blocks
     std::vector<int16_t> k_sums;        // Q8_K: 16 per block of 256, column after column
     std::vector<std::byte> packed;      // the columns as the kernel table's pack_columns lays them out
     std::vector<float> rounded;         // activations as the weight type's dot product sees them

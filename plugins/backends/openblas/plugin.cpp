@@ -48,7 +48,7 @@ public:
 
     void run(cpu::Plan& plan) override {
         angles_.clear();
-        matmul_.q8_input = -1;  // node indices name this plan's values only
+        matmul_.q8_input = matmul_.q8k_input = -1;  // node indices name this plan's values only
         for (size_t i = 0; i < plan.nodes.size(); ++i) {
             const auto index = static_cast<int32_t>(i);
             const cpu::Node& node = plan.nodes[i];

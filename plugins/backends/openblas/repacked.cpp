@@ -66,6 +66,13 @@ void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::b
     }
 }
 
+// Rows of group g copied as they are stored (copied_as_stored).
+void copy_group(const cpu::Node& w, int64_t g, std::byte* out) {
+    const uint64_t row_bytes = blocks::row_bytes(w.type, w.ne[0]);
+    const int64_t rows = std::min(group_rows, w.ne[1] - g * group_rows);
+    std::memcpy(out, w.data + static_cast<uint64_t>(g * group_rows) * row_bytes, static_cast<size_t>(rows) * row_bytes);
+}
+
 // Whether [begin, end) lies in one read-only private mapping of a file: dropping its pages from this process
 // then loses nothing, as a later read faults them in again from the page cache or the file.
 bool in_read_only_file_mapping(uintptr_t begin, uintptr_t end) {
@@ -114,6 +121,10 @@ const RepackedFormat* repacked_format(cellm_dtype type) {
     }
 }
 
+bool copied_as_stored(cellm_dtype type) {
+    return type == CELLM_TYPE_Q4_K || type == CELLM_TYPE_Q5_K || type == CELLM_TYPE_Q6_K;
+}
+
 const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool) {
     auto found = by_address_.find(w.data);
     if (found != by_address_.end() && found->second.type == w.type && found->second.k == w.ne[0] &&
@@ -123,23 +134,26 @@ const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool)
         bytes_ -= found->second.bytes;
         by_address_.erase(found);
     }
-    const RepackedFormat& f = *repacked_format(w.type);
+    const RepackedFormat* f = repacked_format(w.type);
     RepackedWeight r;
     r.type = w.type;
     r.k = w.ne[0];
     r.m = w.ne[1];
-    const int64_t group_bytes = r.k / 32 * f.block_bytes();
-    r.bytes = static_cast<uint64_t>(r.groups() * group_bytes);
+    const uint64_t row_bytes = blocks::row_bytes(w.type, r.k);
+    const auto group_bytes = f != nullptr ? r.k / 32 * f->block_bytes() : static_cast<int64_t>(group_rows * row_bytes);
+    r.bytes = f != nullptr ? static_cast<uint64_t>(r.groups() * group_bytes) : row_bytes * static_cast<uint64_t>(r.m);
     std::byte* base = allocate(r.bytes, r.chunk);
     r.data = base;
     // Products no longer read the stored rows, so where they are a read-only file mapping (a GGUF opened in
     // place) their pages leave this process as they are repacked. Other memory is left alone.
-    const uint64_t row_bytes = blocks::row_bytes(w.type, r.k);
     const auto first = reinterpret_cast<uintptr_t>(w.data);
     const bool release = in_read_only_file_mapping(first, first + row_bytes * static_cast<uint64_t>(r.m));
     for (int64_t g0 = 0; g0 < r.groups(); g0 += release_groups) {
         const int64_t n = std::min(release_groups, r.groups() - g0);
-        pool.run(n, [&](int64_t g, int) { repack_group(w, f, g0 + g, base + (g0 + g) * group_bytes); });
+        pool.run(n, [&](int64_t g, int) {
+            if (f != nullptr) repack_group(w, *f, g0 + g, base + (g0 + g) * group_bytes);
+            else copy_group(w, g0 + g, base + (g0 + g) * group_bytes);
+        });
         if (release) {
             const int64_t rows = std::min(n * group_rows, r.m - g0 * group_rows);
             release_pages(w.data + static_cast<uint64_t>(g0 * group_rows) * row_bytes, static_cast<uint64_t>(rows) * row_bytes);

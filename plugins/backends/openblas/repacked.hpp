@@ -12,6 +12,10 @@
 //   row r's codes 4j .. 4j + 3 plus 128, as unsigned bytes);
 // - d: the 16 rows' fp16 scales as stored; m: their fp16 mins (Q4_1, Q5_1).
 // Every format keeps its stored size.
+//
+// The K-quants (Q4_K, Q5_K, Q6_K) keep their stored layout, which their integer kernels read at the speed of
+// memory already; their rows are only copied, so that they too stream from huge pages (memory.hpp) rather than
+// from a file mapping's 4 KiB pages.
 #pragma once
 
 #include "kernels.hpp"
@@ -44,6 +48,9 @@ struct RepackedFormat {
 // The format of a weight type, or nullptr for types fast precision does not repack.
 const RepackedFormat* repacked_format(cellm_dtype type);
 
+// Whether fast precision copies a weight type's rows as stored (the K-quants).
+bool copied_as_stored(cellm_dtype type);
+
 struct RepackedWeight {
     cellm_dtype type = CELLM_TYPE_F32;
     int64_t k = 0, m = 0;  // row length and rows
@@ -66,7 +73,8 @@ RepackedDot repacked_dot();
 // the buffer they came from.
 class RepackedWeights {
 public:
-    // The repacked form of weight node `w` (read-only host memory), made now if needed, on the pool's threads.
+    // The repacked form (or the copy) of weight node `w` (read-only host memory), made now if needed, on the
+    // pool's threads.
     const RepackedWeight& get(const cpu::Node& w, ThreadPool& pool);
     void forget(const std::byte* begin, uint64_t size);
     uint64_t bytes() const { return bytes_; }
