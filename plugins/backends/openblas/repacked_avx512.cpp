@@ -24,7 +24,8 @@ int32_t code_quad(const int8_t* codes, int j) {
 
 // How many blocks ahead a product of several columns asks for the weight's lines. With eight columns' work per
 // block the hardware prefetcher alone left the loads waiting: an 8-session SmolLM2 step's products took 7.5 ms,
-// 5.7 with this. One column streams at memory speed without it, and would only pay for the instructions.
+// 5.7 with this. One column streams at memory speed without it, and would only pay for the instructions. Into
+// L2, as the attention loops ask (kernels_x86.hpp).
 constexpr int64_t ahead = 8;
 
 template <bool Nibbles, bool Fifth, bool Affine, int C>
@@ -38,7 +39,7 @@ void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int
         const std::byte* b = group + i * block_bytes;
         if constexpr (C > 1)
             for (int64_t l = 0; l < block_bytes; l += 64)
-                _mm_prefetch(reinterpret_cast<const char*>(b + ahead * block_bytes + l), _MM_HINT_T0);
+                _mm_prefetch(reinterpret_cast<const char*>(b + ahead * block_bytes + l), _MM_HINT_T1);
         __m512i w[8];
         if constexpr (Nibbles) {
             const __m512i low = _mm512_set1_epi8(0x0F);
