@@ -155,7 +155,7 @@ void pair_tile(const uint8_t* rows, uint64_t row_bytes, const PairedColumns& x, 
         const __m256 sums = F::affine ? _mm256_loadu_ps(x.sums + i * 8) : _mm256_setzero_ps();
         for (int r = 0; r < R; ++r) {
             const uint8_t* b = rows + r * row_bytes + i * F::bytes;
-            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
+            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T1);
             __m512i both = codes_twice<F>(b);
             if constexpr (!F::is_unsigned) both = _mm512_xor_si512(both, _mm512_set1_epi8(-128));
             const __m128 halves = x86::block_halves(b);
@@ -349,7 +349,7 @@ void lane_tile(const uint8_t* rows, uint64_t row_bytes, const LaneBlock* x, int6
     for (int64_t i = 0; i < nb; ++i)
         for (int r = 0; r < R; ++r) {
             const uint8_t* b = rows + r * row_bytes + i * F::bytes;
-            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
+            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T1);
             _mm256_store_si256(reinterpret_cast<__m256i*>(codes_of[i][r]), lane_codes<F>(b));
             _mm_storel_pi(reinterpret_cast<__m64*>(halves_of[i][r]), x86::block_halves(b));
         }

@@ -139,7 +139,7 @@ void tile(const uint8_t* rows, uint64_t row_bytes, const Q8Columns& x, float* y,
             const uint8_t* b = rows + r * row_bytes + i * F::bytes;
             // The same block of the next tile's row: the rows of a task are one contiguous stream, and asking
             // early keeps enough memory requests in flight to use the bandwidth.
-            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T0);
+            if constexpr (Prefetch) _mm_prefetch(reinterpret_cast<const char*>(b + R * row_bytes), _MM_HINT_T1);
             const __m256i w = F::codes(b);
             const __m128 halves = block_halves(b);
             const __m256 dw = _mm256_broadcastss_ps(halves);
