@@ -32,17 +32,17 @@ constexpr bool map_large = true;
 
 }  // namespace
 
-AlignedBytes::AlignedBytes(uint64_t size) {
-    if (map_large && size >= huge_page) {
-        const uint64_t mapped = (size + huge_page - 1) & ~(huge_page - 1);
-        if (std::byte* p = map_huge_aligned(mapped)) {
-            data_ = std::unique_ptr<std::byte, Free>(p, Free{mapped});
-            return;
-        }
-        throw std::bad_alloc();
-    }
-    data_ = std::unique_ptr<std::byte, Free>(
-        static_cast<std::byte*>(::operator new(size > 0 ? size : 1, std::align_val_t{alignment})), Free{0});
+AlignedBytes::AlignedBytes(uint64_t size)
+    : data_(static_cast<std::byte*>(::operator new(size > 0 ? size : 1, std::align_val_t{alignment})), Free{0}) {}
+
+AlignedBytes AlignedBytes::huge(uint64_t size) {
+    if (!map_large || size < huge_page) return AlignedBytes(size);
+    const uint64_t mapped = (size + huge_page - 1) & ~(huge_page - 1);
+    std::byte* p = map_huge_aligned(mapped);
+    if (p == nullptr) throw std::bad_alloc();
+    AlignedBytes bytes;
+    bytes.data_ = std::unique_ptr<std::byte, Free>(p, Free{mapped});
+    return bytes;
 }
 
 void AlignedBytes::Free::operator()(std::byte* p) const {
