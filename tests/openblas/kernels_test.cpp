@@ -240,6 +240,37 @@ TEST(OpenblasKernels, FloatAndHalfLoops) {
     }
 }
 
+// The tables' exp against std::exp, bit for bit, on every 127th float pattern (a prime stride, so every exponent
+// and the low mantissa bits vary), in runs that straddle the vector loop's edge cases: NaN and inf, the
+// magnitudes from 88 on that go to std::exp, results that underflow to subnormals or zero.
+TEST(OpenblasKernels, ExpEqualsStdExpBitForBit) {
+    for (const Kernels* table : runnable_tables()) {
+        if (table->exp_f32 == nullptr) continue;
+        SCOPED_TRACE(table->isa);
+        std::vector<float> x, y;
+        for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 127) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+        for (float v : {87.99999f, -87.99999f, 88.0f, -88.0f, 88.72283f, 88.72284f, -103.97208f, -103.97209f, -87.33654f})
+            x.push_back(v);
+        y.resize(x.size());
+        table->exp_f32(x.data(), y.data(), static_cast<int64_t>(x.size()));
+        int64_t wrong = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+            const float want = std::exp(x[i]);
+            const bool same = std::bit_cast<uint32_t>(y[i]) == std::bit_cast<uint32_t>(want) || (std::isnan(want) && std::isnan(y[i]));
+            if (!same && ++wrong <= 5) {
+                ADD_FAILURE() << "exp(" << x[i] << "): " << y[i] << ", std::exp " << want;
+            }
+        }
+        EXPECT_EQ(wrong, 0) << "of " << x.size();
+    }
+#if defined(__x86_64__)
+    // This project's CI libm is glibc's, which the x86 tables follow: the vector path must be the one in use.
+    if (cellm::openblas::kernels().exp_f32 != nullptr) {
+        EXPECT_NE(cellm::openblas::libm_exp(), nullptr);
+    }
+#endif
+}
+
 // The many-row attention loops against the one-row loops they stand for, bit for bit: 1 to 8 query heads
 // sharing the rows (chunks of up to four, as even as possible), head sizes with and without a 64-wide part and
 // a tail (67 is odd), and row counts around the two to four rows dots_f16 takes at once.

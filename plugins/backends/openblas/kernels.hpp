@@ -82,6 +82,9 @@ struct Kernels {
     void (*round_f16)(const float* x, float* y, int64_t n);
     // y = x as fp16 bits, each as blocks::fp32_to_fp16 converts it (NaN included): KV_STORE into F16 pools.
     void (*to_f16)(const float* x, uint16_t* y, int64_t n);
+    // y = std::exp(x) for each element, as glibc computes expf (nullptr: none). Use it through libm_exp(),
+    // which checks that this process's libm is that one.
+    void (*exp_f32)(const float* x, float* y, int64_t n);
     // Attention over an F16 pool for `heads` query heads that share one KV head, rows picked by element offsets
     // from `base` (nullptr: the loops above, row by row and head by head). Each K or V row is converted once for
     // all the heads. dots_f16: scores[g * count + j] = dot_f16(q + g * n, base + rows[j], n). weighted_sum_f16:
@@ -126,5 +129,10 @@ const std::vector<const Kernels*>& runnable_kernels();
 
 // The best table this CPU can run.
 inline const Kernels& kernels() { return *runnable_kernels().front(); }
+
+// The best table's exp_f32 where it agrees with this process's std::exp on a probe of values across expf's
+// range, else nullptr (another libm, which the reference kernels would follow instead).
+using ExpF32 = void (*)(const float* x, float* y, int64_t n);
+ExpF32 libm_exp();
 
 }  // namespace cellm::openblas

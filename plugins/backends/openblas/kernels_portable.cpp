@@ -4,6 +4,9 @@
 #include "blocks.h"
 #include "reference_kernels.hpp"
 
+#include <bit>
+#include <cmath>
+
 namespace cellm::openblas {
 namespace {
 
@@ -39,7 +42,7 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
 
 const Kernels table = {
     "portable", quantize_q8, {}, {}, nullptr,
-    blocks::quantize_q8_k, {}, dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16, to_f16, nullptr, nullptr,
+    blocks::quantize_q8_k, {}, dot_f32, dot_f16, axpy_f32, axpy_f16, round_f16, to_f16, nullptr, nullptr, nullptr,
 };
 
 }  // namespace
@@ -50,6 +53,26 @@ const Kernels& portable_kernels() { return table; }
 const Kernels* avx2_kernels() { return nullptr; }
 const Kernels* avx512_kernels() { return nullptr; }
 #endif
+
+ExpF32 libm_exp() {
+    static const ExpF32 checked = []() -> ExpF32 {
+        const ExpF32 exp = kernels().exp_f32;
+        if (exp == nullptr) return nullptr;
+        // Every 65521st float pattern (a prime stride, so the low mantissa bits vary too) and the edges of the
+        // algorithm's range.
+        std::vector<float> x;
+        for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 65521) x.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+        for (float v : {0.0f, -0.0f, 88.0f, -88.0f, 88.7f, -103.9f, -104.0f, 89.0f, -150.0f, 1e-30f})
+            x.push_back(v);
+        std::vector<float> y(x.size());
+        exp(x.data(), y.data(), static_cast<int64_t>(x.size()));
+        for (size_t i = 0; i < x.size(); ++i)
+            if (std::bit_cast<uint32_t>(y[i]) != std::bit_cast<uint32_t>(std::exp(x[i])) && !(std::isnan(y[i]) && std::isnan(x[i])))
+                return nullptr;
+        return exp;
+    }();
+    return checked;
+}
 
 const std::vector<const Kernels*>& runnable_kernels() {
     static const std::vector<const Kernels*> tables = [] {

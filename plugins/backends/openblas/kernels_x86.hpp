@@ -18,6 +18,7 @@
 #include "blocks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -327,6 +328,58 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
     }
     for (; i < n; ++i) y[i] = blocks::fp32_to_fp16(x[i]);
+}
+
+// expf as glibc computes it (its table-driven expf, in double): x * 32 / ln 2 = k + r with k an integer (rounded by adding
+// 1.5 * 2^52) and |r| <= 1/2, exp(x) = 2^(k / 32) * p(r) with 2^(i / 32) from a table of 32 and p a cubic, then
+// one rounding to float. The FMA build glibc picks on these CPUs fuses the cubic's steps as below. Equal to
+// std::exp bit for bit on every float of magnitude below 88 (checked on all of them); the others (overflow,
+// underflow, inf, NaN) take std::exp. libm_exp() checks the libm at run time.
+struct ExpTable {
+    uint64_t t[32];  // 2^(i / 32) as double bits, less i << 47 (the exponent k adds back)
+    ExpTable() {
+        for (int i = 0; i < 32; ++i)
+            t[i] = std::bit_cast<uint64_t>(static_cast<double>(exp2l(static_cast<long double>(i) / 32))) -
+                   (static_cast<uint64_t>(i) << 47);
+    }
+};
+
+__m256d exp_lanes(__m128 x, const ExpTable& table) {
+    const __m256d shift = _mm256_set1_pd(0x1.8p+52), inv_ln2_n = _mm256_set1_pd(0x1.71547652b82fep+0 * 32);
+    const __m256d xd = _mm256_cvtps_pd(x);
+    const __m256d z = _mm256_mul_pd(inv_ln2_n, xd);
+    __m256d kd = _mm256_add_pd(z, shift);
+    const __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, shift);
+    const __m256d r = _mm256_sub_pd(z, kd);
+    const __m256i at = _mm256_and_si256(ki, _mm256_set1_epi64x(31));
+    __m256i t = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(table.t), at, 8);
+    t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
+    const __m256d c0 = _mm256_set1_pd(0x1.c6af84b912394p-5 / (32.0 * 32.0 * 32.0));
+    const __m256d c1 = _mm256_set1_pd(0x1.ebfce50fac4f3p-3 / (32.0 * 32.0));
+    const __m256d c2 = _mm256_set1_pd(0x1.62e42ff0c52d6p-1 / 32.0);
+    const __m256d high = _mm256_fmadd_pd(c0, r, c1);
+    __m256d y = _mm256_fmadd_pd(c2, r, _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(high, _mm256_mul_pd(r, r), y);
+    return _mm256_mul_pd(y, _mm256_castsi256_pd(t));
+}
+
+void exp_f32(const float* x, float* y, int64_t n) {
+    static const ExpTable table;
+    const __m256 limit = _mm256_set1_ps(88.0f), magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        // NaN compares false, so it leaves with the large values.
+        if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(v, magnitude), limit, _CMP_LT_OQ)) != 0xFF) {
+            for (int j = 0; j < 8; ++j) y[i + j] = std::exp(x[i + j]);
+            continue;
+        }
+        const __m128 low = _mm256_cvtpd_ps(exp_lanes(_mm256_castps256_ps128(v), table));
+        const __m128 high = _mm256_cvtpd_ps(exp_lanes(_mm256_extractf128_ps(v, 1), table));
+        _mm256_storeu_ps(y + i, _mm256_set_m128(high, low));
+    }
+    for (; i < n; ++i) y[i] = std::exp(x[i]);
 }
 
 __m256 load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
@@ -713,6 +766,7 @@ constexpr Kernels table(const char* isa) {
         axpy_f16,
         round_f16,
         to_f16,
+        exp_f32,
         dots_f16<Registers>,
         weighted_sum_f16<Registers>,
     };
