@@ -6,8 +6,27 @@
 #include "reference_kernels.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace cellm::openblas {
+namespace {
+
+// cpu::attention_weights without a soft cap, bit for bit, with the exps a vector at a time (libm_exp): they were
+// most of an exact step's attention. The sum stays the reference's, one float add at a time in key order.
+void exact_weights(float* scores, int64_t n, float scale, ExpF32 exp) {
+    float best = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) {
+        scores[j] *= scale;
+        best = std::max(best, scores[j]);
+    }
+    for (int64_t j = 0; j < n; ++j) scores[j] -= best;
+    exp(scores, scores, n);
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) sum += scores[j];
+    for (int64_t j = 0; j < n; ++j) scores[j] /= sum;
+}
+
+}  // namespace
 
 void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratch& scratch, bool fast) {
     const cpu::AttentionShape a = cpu::check_attention(plan, index);
@@ -66,11 +85,14 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
     for (auto& s : scratch.query) s.resize(std::max(s.size(), heads_most * static_cast<size_t>(a.head_dim)));
     for (auto& s : scratch.values) s.resize(std::max(s.size(), static_cast<size_t>(a.head_dim)));
 
-    // Scores to weights: the reference's softmax, or fast precision's vectorised one where there is no soft cap;
+    // Scores to weights: the reference's softmax (exps vectorised by exact_weights where it can), or fast
+    // precision's vectorised one where there is no soft cap;
     // then each weight rounded to V's type as MATMUL operands are (and as llama.cpp's f16 attention does: left
     // unrounded, Gemma-3's logits moved 2x further from llama.cpp's than its own noise).
+    const ExpF32 exp = libm_exp();
     auto weigh = [&](float* scores, int64_t count) {
         if (fast && a.softcap == 0.0f) softmax_fast(scores, count, a.scale);
+        else if (a.softcap == 0.0f && exp != nullptr) exact_weights(scores, count, a.scale, exp);
         else cpu::attention_weights(a, scores, count);
         round(v_pool.type, scores, scores, count);
     };
