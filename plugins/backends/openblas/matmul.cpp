@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace cellm::openblas {
 namespace {
@@ -107,31 +108,57 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     });
 }
 
-// Fast precision's path for the block formats: the columns quantized as in matmul_q8, the rows repacked once.
-bool matmul_repacked(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& s,
+// Whether fast precision's repacked path takes weight w: a block format, read-only (a writable buffer could
+// change under its repacked copy), and a CPU with the kernel.
+bool repackable(const cpu::Node& w) {
+    return repacked_dot() != nullptr && repacked_format(w.type) != nullptr && w.buffer != nullptr && !w.buffer->writable;
+}
+
+}  // namespace
+
+bool matmul_repacked(std::span<const Product> products, const cpu::Node& x, ThreadPool& pool, MatmulScratch& s,
                      RepackedWeights& repacked, int32_t x_index) {
+    const cellm_dtype type = products.front().w->type;
+    for (const Product& p : products)
+        if (!repackable(*p.w) || p.w->type != type) return false;
     const RepackedDot dot = repacked_dot();
-    const RepackedFormat* f = repacked_format(w.type);
-    // Only read-only weights: a writable buffer could change under its repacked copy.
-    if (dot == nullptr || f == nullptr || w.buffer == nullptr || w.buffer->writable) return false;
-    const int64_t m = w.ne[1], n = x.rows(), nb = w.ne[0] / 32;
+    const int64_t n = x.rows(), nb = x.ne[0] / 32;
     const Q8Columns columns = quantized_columns(x, x_index, pool, s);
     // -bias times each block's code sum, from the offsets quantize_q8 already holds (-128 times each quad's sum).
     int32_t* starts = sized(s.starts, n * nb);
+    const int32_t bias = repacked_format(type)->bias;
     for (int64_t b = 0; b < n * nb; ++b) {
         int32_t offset = 0;
         for (int l = 0; l < 8; ++l) offset += columns.offsets[b * 8 + l];
-        starts[b] = f->bias * (offset / 128);
+        starts[b] = bias * (offset / 128);
     }
-    const RepackedWeight& rows = repacked.get(w, pool);
-    const int64_t groups = rows.groups();
-    const int64_t per_task = std::max<int64_t>(1, groups / (static_cast<int64_t>(pool.size()) * 8));
-    pool.run((groups + per_task - 1) / per_task, [&](int64_t task, int) {
-        const int64_t g0 = task * per_task;
-        dot(rows, g0, std::min(groups, g0 + per_task), columns, starts, n, y.f32(), m);
+    // Every product's groups of rows as one list of tasks, so that the products share one hand-off to the pool
+    // and one wait for its slowest thread.
+    struct Part {
+        const RepackedWeight* rows;
+        float* y;
+        int64_t per_task, first_task;
+    };
+    std::vector<Part> parts;
+    int64_t tasks = 0;
+    for (const Product& p : products) {
+        const RepackedWeight& rows = repacked.get(*p.w, pool);
+        const int64_t per_task = std::max<int64_t>(1, rows.groups() / (static_cast<int64_t>(pool.size()) * 8));
+        parts.push_back({&rows, p.y->f32(), per_task, tasks});
+        tasks += (rows.groups() + per_task - 1) / per_task;
+    }
+    pool.run(tasks, [&](int64_t task, int) {
+        size_t k = 0;
+        while (k + 1 < parts.size() && task >= parts[k + 1].first_task) ++k;
+        const Part& part = parts[k];
+        const int64_t g0 = (task - part.first_task) * part.per_task;
+        dot(*part.rows, g0, std::min(part.rows->groups(), g0 + part.per_task), columns, starts, n, part.y,
+            part.rows->m);
     });
     return true;
 }
+
+namespace {
 
 // The K-quants: each column quantized once to Q8_K blocks, then integer dots per block; bit-equal to the
 // reference (blocks::dot_q8_k) for any split. The rows are read at `stored`: w's own, or fast precision's copy.
@@ -239,7 +266,8 @@ void matmul_rows(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Thr
 
 void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool, MatmulScratch& scratch,
             RepackedWeights* repacked, int32_t x_index) {
-    if (repacked != nullptr && matmul_repacked(w, x, y, pool, scratch, *repacked, x_index)) return;
+    const Product product{&w, &y};
+    if (repacked != nullptr && matmul_repacked({&product, 1}, x, pool, scratch, *repacked, x_index)) return;
     if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch, x_index);
     else if (blocks::has_q8k_dot(w.type)) {
         // Fast precision reads read-only K-quant weights from its copy in huge pages (repacked.hpp).

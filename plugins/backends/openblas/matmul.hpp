@@ -16,6 +16,7 @@
 #include "repacked.hpp"
 #include "thread_pool.hpp"
 
+#include <span>
 #include <vector>
 
 namespace cellm::openblas {
@@ -40,6 +41,17 @@ struct MatmulScratch {
     std::vector<float> rounded;         // activations as the weight type's dot product sees them
     std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
 };
+
+// One product y = W x of several that share x.
+struct Product {
+    const cpu::Node* w;
+    const cpu::Node* y;
+};
+
+// Fast precision's repacked products of one x (Q, K and V; gate and up) in one dispatch to the pool, x quantized
+// once. False, having done nothing, unless every weight has the same repacked block format and is read-only.
+bool matmul_repacked(std::span<const Product> products, const cpu::Node& x, ThreadPool& pool, MatmulScratch& scratch,
+                     RepackedWeights& repacked, int32_t x_index);
 
 // `repacked` is nullptr in exact precision; in fast precision the block formats go through it (repacked.hpp)
 // where this CPU has the kernel.

@@ -53,10 +53,7 @@ public:
             const auto index = static_cast<int32_t>(i);
             const cpu::Node& node = plan.nodes[i];
             switch (node.op) {
-            case CELLM_OP_MATMUL:
-                matmul(src(plan, node, 0), src(plan, node, 1), node, pool_, matmul_, fast_ ? &repacked_ : nullptr,
-                       node.src[1]);
-                break;
+            case CELLM_OP_MATMUL: i = products(plan, i); break;
             case CELLM_OP_ATTENTION: attention(plan, index, pool_, attention_, fast_); break;
             case CELLM_OP_SELF_ATTENTION: self_attention(plan, index, pool_, self_attention_); break;
             case CELLM_OP_ROPE: rope(plan, node); break;
@@ -78,6 +75,30 @@ public:
     void forget(const std::byte* begin, uint64_t size) override { repacked_.forget(begin, size); }
 
 private:
+    // The MATMUL at node i; in a fast decode step with the MATMULs right after it that share its input, only
+    // their weights' leaves between them (Q, K and V; gate and up), as one dispatch. Returns the last node it
+    // did. Decode gained 3% (one session) to 4% (eight); prefill lost 2%, so its products stay one by one.
+    size_t products(const cpu::Plan& plan, size_t i) {
+        const cpu::Node& first = plan.nodes[i];
+        const cpu::Node& x = src(plan, first, 1);
+        if (fast_ && x.rows() <= max_decode_columns) {
+            run_.assign(1, {&src(plan, first, 0), &first});
+            size_t last = i;
+            for (size_t j = i + 1; j < plan.nodes.size(); ++j) {
+                const cpu::Node& next = plan.nodes[j];
+                if (next.op == CELLM_OP_WEIGHT) continue;
+                if (next.op != CELLM_OP_MATMUL || next.src[1] != first.src[1]) break;
+                run_.push_back({&src(plan, next, 0), &next});
+                last = j;
+            }
+            if (matmul_repacked(run_, x, pool_, matmul_, repacked_, first.src[1])) return last;
+        }
+        matmul(src(plan, first, 0), x, first, pool_, matmul_, fast_ ? &repacked_ : nullptr, first.src[1]);
+        return i;
+    }
+
+    static constexpr int64_t max_decode_columns = 16;
+
     // The other ops through the reference kernels, rows split across the pool.
     void run_split(cpu::Plan& plan, int32_t index) {
         const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
@@ -197,6 +218,7 @@ private:
     ExpF32 exp_ = libm_exp();
     RepackedWeights repacked_;
     MatmulScratch matmul_;
+    std::vector<Product> run_;  // products() gathers a run of them here
     AttentionScratch attention_;
     SelfAttentionScratch self_attention_;
     std::vector<Angles> angles_;  // this step's
