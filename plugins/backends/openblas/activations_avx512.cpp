@@ -3,8 +3,10 @@
 
 // GCC 12's 512-bit scalef, convert and insert intrinsics start from a self-initialised "undefined" register,
 // which its own -Wmaybe-uninitialized then reports at every use; the values are all defined.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace cellm::openblas {
 namespace {

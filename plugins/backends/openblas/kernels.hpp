@@ -124,6 +124,10 @@ const Kernels& portable_kernels();
 const Kernels* avx2_kernels();
 const Kernels* avx512_kernels();
 
+// Whether this CPU (and OS) runs the AVX-512 VNNI code: F, BW, DQ and VL, and VNNI, read from CPUID because
+// clang's __builtin_cpu_supports does not know "avx512vnni".
+bool has_avx512_vnni();
+
 // Every table this CPU can run, best first (tests check them all).
 const std::vector<const Kernels*>& runnable_kernels();
 

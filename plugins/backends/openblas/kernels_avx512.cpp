@@ -18,8 +18,10 @@
 
 // GCC 12's 512-bit insert and broadcast intrinsics start from a self-initialised "undefined" register, which
 // its own -Wuninitialized then reports at every use; the values are all defined.
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace cellm::openblas {
 namespace {

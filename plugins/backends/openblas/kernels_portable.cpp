@@ -7,6 +7,10 @@
 #include <bit>
 #include <cmath>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace cellm::openblas {
 namespace {
 
@@ -74,15 +78,37 @@ ExpF32 libm_exp() {
     return checked;
 }
 
+#if defined(__x86_64__)
+namespace {
+
+// Bit `bit` of ECX from CPUID leaf `leaf` (subleaf 0), for the features clang's __builtin_cpu_supports does not
+// name. The AVX ones among them also need the OS to save the registers, which the named checks beside them
+// cover.
+bool cpuid_ecx(unsigned leaf, unsigned bit) {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(leaf, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << bit)) != 0;
+}
+
+}  // namespace
+#endif
+
+bool has_avx512_vnni() {
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && cpuid_ecx(7, 11);
+#else
+    return false;
+#endif
+}
+
 const std::vector<const Kernels*>& runnable_kernels() {
     static const std::vector<const Kernels*> tables = [] {
         std::vector<const Kernels*> found;
 #if defined(__x86_64__)
         __builtin_cpu_init();
-        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-        if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
-            found.push_back(avx512_kernels());
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_ecx(1, 29);  // F16C
+        if (avx2 && has_avx512_vnni()) found.push_back(avx512_kernels());
         if (avx2) found.push_back(avx2_kernels());
 #endif
         found.push_back(&table);

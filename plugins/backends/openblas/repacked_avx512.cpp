@@ -10,8 +10,10 @@
 
 // GCC 12's 512-bit conversion intrinsics start from a self-initialised "undefined" register, which its own
 // -Wmaybe-uninitialized then reports (as in kernels_avx512.cpp).
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 namespace cellm::openblas {
 namespace {
@@ -119,11 +121,7 @@ void dot_any(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x
 }  // namespace
 
 RepackedDot repacked_dot() {
-    static const bool vnni = [] {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-    }();
+    static const bool vnni = has_avx512_vnni();
     return vnni ? dot_any : nullptr;
 }
 
