@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 namespace cellm::openblas {
 namespace {
@@ -108,10 +107,13 @@ void matmul_q8(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, Threa
     });
 }
 
-// Whether fast precision's repacked path takes weight w: a block format, read-only (a writable buffer could
-// change under its repacked copy), and a CPU with the kernel.
+// Whether fast precision may keep its own copy of weight w (repacked or as stored): only of read-only memory, as
+// a writable buffer could change under the copy.
+bool read_only(const cpu::Node& w) { return w.buffer != nullptr && !w.buffer->writable; }
+
+// Whether fast precision's repacked path takes weight w: a block format, read-only, and a CPU with the kernel.
 bool repackable(const cpu::Node& w) {
-    return repacked_dot() != nullptr && repacked_format(w.type) != nullptr && w.buffer != nullptr && !w.buffer->writable;
+    return repacked_dot() != nullptr && repacked_format(w.type) != nullptr && read_only(w);
 }
 
 }  // namespace
@@ -134,12 +136,8 @@ bool matmul_repacked(std::span<const Product> products, const cpu::Node& x, Thre
     }
     // Every product's groups of rows as one list of tasks, so that the products share one hand-off to the pool
     // and one wait for its slowest thread.
-    struct Part {
-        const RepackedWeight* rows;
-        float* y;
-        int64_t per_task, first_task;
-    };
-    std::vector<Part> parts;
+    std::vector<MatmulScratch::RepackedPart>& parts = s.parts;
+    parts.clear();
     int64_t tasks = 0;
     for (const Product& p : products) {
         const RepackedWeight& rows = repacked.get(*p.w, pool);
@@ -150,7 +148,7 @@ bool matmul_repacked(std::span<const Product> products, const cpu::Node& x, Thre
     pool.run(tasks, [&](int64_t task, int) {
         size_t k = 0;
         while (k + 1 < parts.size() && task >= parts[k + 1].first_task) ++k;
-        const Part& part = parts[k];
+        const MatmulScratch::RepackedPart& part = parts[k];
         const int64_t g0 = (task - part.first_task) * part.per_task;
         dot(*part.rows, g0, std::min(part.rows->groups(), g0 + part.per_task), columns, starts, n, part.y,
             part.rows->m);
@@ -271,7 +269,7 @@ void matmul(const cpu::Node& w, const cpu::Node& x, const cpu::Node& y, ThreadPo
     if (blocks::has_q8_dot(w.type)) matmul_q8(w, x, y, pool, scratch, x_index);
     else if (blocks::has_q8k_dot(w.type)) {
         // Fast precision reads read-only K-quant weights from its copy in huge pages (repacked.hpp).
-        const bool copy = repacked != nullptr && copied_as_stored(w.type) && w.buffer != nullptr && !w.buffer->writable;
+        const bool copy = repacked != nullptr && copied_as_stored(w.type) && read_only(w);
         matmul_q8k(w, copy ? repacked->get(w, pool).data : w.data, x, y, pool, scratch, x_index);
     }
     else if (x.rows() >= blas_min_columns) matmul_sgemm(w, x, y, pool, scratch);

@@ -32,6 +32,13 @@ struct MatmulScratch {
     std::vector<float> scales, sums;    // per block of 32, column after column
     std::vector<int32_t> offsets;       // 8 per block of 32 (Q8Columns)
     std::vector<int32_t> starts;        // fast precision: -bias * code sum per block of 32 (RepackedDot)
+    // Fast precision: each product of one dispatch (matmul_repacked), its rows and where its tasks begin.
+    struct RepackedPart {
+        const RepackedWeight* rows;
+        float* y;
+        int64_t per_task, first_task;
+    };
+    std::vector<RepackedPart> parts;
     // The plan node whose quantization the Q8 arrays above hold (-1: none or unknown): products of one input
     // (Q, K and V; gate and up) quantize it once. The executor resets it for every plan it runs.
     int32_t q8_input = -1;

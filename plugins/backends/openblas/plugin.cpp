@@ -125,8 +125,9 @@ private:
     static constexpr int64_t min_split_elements = 16384;
 
     // Fast precision's GELU (activations_fast.hpp), vectorised where the reference calls libm's tanhf for each
-    // element (15% of Gemma-3's prefill). SiLU stays the reference's: its expf is cheap, and SmolLM2 turned the
-    // fast one's last-place differences into logits further from scalar's than llama.cpp is from itself.
+    // element (15% of Gemma-3's prefill). SiLU has no fast form: an approximate exp turned SmolLM2's last-place
+    // differences into logits further from scalar's than llama.cpp is from itself, so both precisions take
+    // silu() below, bit-equal to the reference.
     static bool takes_gelu(const cpu::Node& node) {
         return node.op == CELLM_OP_GELU || (node.op == CELLM_OP_GLU && node.iparams[0] == 1);
     }
