@@ -85,7 +85,7 @@ cellm_status* buffer_alloc(cellm_backend* backend, uint64_t size, cellm_buffer_u
     return guard([&]() -> cellm_status* {
         if (backend == nullptr || out == nullptr) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "buffer_alloc needs a backend and output");
         auto buffer = std::make_unique<cellm_buffer>();
-        buffer->owned = AlignedBytes::huge(size);
+        buffer->owned = AlignedBytes::huge(size, AlignedBytes::Commit::now);
         buffer->data = buffer->owned.data();
         buffer->size = size;
         backend->buffers.insert(buffer.get());

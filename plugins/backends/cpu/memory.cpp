@@ -11,7 +11,7 @@ constexpr uint64_t huge_page = uint64_t{2} << 20;
 
 // A private anonymous mapping of `size` bytes (a multiple of huge_page) starting on a huge-page boundary:
 // mapped one huge page larger, then trimmed at both ends. nullptr when the system refuses.
-std::byte* map_huge_aligned(uint64_t size) {
+std::byte* map_huge_aligned(uint64_t size, AlignedBytes::Commit commit) {
     void* p = mmap(nullptr, size + huge_page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return nullptr;
     const auto begin = reinterpret_cast<uintptr_t>(p);
@@ -20,6 +20,9 @@ std::byte* map_huge_aligned(uint64_t size) {
     const uintptr_t end = begin + size + huge_page;
     if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
     madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice: a kernel without THP ignores it
+    // After the huge-page advice, so that the pages committed are huge. A kernel before 5.14 refuses the
+    // request, and the pages then come on first touch.
+    if (commit == AlignedBytes::Commit::now) madvise(reinterpret_cast<void*>(aligned), size, MADV_POPULATE_WRITE);
     return reinterpret_cast<std::byte*>(aligned);
 }
 
@@ -35,10 +38,10 @@ constexpr bool map_large = true;
 AlignedBytes::AlignedBytes(uint64_t size)
     : data_(static_cast<std::byte*>(::operator new(size > 0 ? size : 1, std::align_val_t{alignment})), Free{0}) {}
 
-AlignedBytes AlignedBytes::huge(uint64_t size) {
+AlignedBytes AlignedBytes::huge(uint64_t size, Commit commit) {
     if (!map_large || size < huge_page) return AlignedBytes(size);
     const uint64_t mapped = (size + huge_page - 1) & ~(huge_page - 1);
-    std::byte* p = map_huge_aligned(mapped);
+    std::byte* p = map_huge_aligned(mapped, commit);
     if (p == nullptr) throw std::bad_alloc();
     AlignedBytes bytes;
     bytes.data_ = std::unique_ptr<std::byte, Free>(p, Free{mapped});

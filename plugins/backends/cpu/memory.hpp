@@ -19,9 +19,14 @@ public:
     // The same, from 2 MiB on as its own mapping, aligned to 2 MiB and advised to use transparent huge pages
     // (where the kernel's policy is "madvise", Debian's default): for what a decode step streams, weights and KV
     // pools, whose rows in 4 KiB pages missed the TLB on most reads (SmolLM2 decoded 20% faster on huge pages).
-    // Pages are still committed on first touch, but 2 MiB at a time, each zeroed by the kernel: memory that is
-    // allocated often (a plan's arena) stays on the heap, which reuses it.
-    static AlignedBytes huge(uint64_t size);
+    // Memory that is allocated often (a plan's arena) stays on the heap, which reuses it: each fresh huge page is
+    // zeroed by the kernel when it is committed.
+    // `commit`: Commit::now faults every page in here, so that nothing is zeroed on the serving path later. A KV
+    // pool filled as sessions grow took its page faults inside decode steps (8 sessions: 0.5 ms of an 8.5 ms
+    // step on the VM), as llama.cpp, which clears its cache at load, does not. Commit::on_touch leaves pages
+    // to their first write (memory that may stay partly unused, like a repacking chunk).
+    enum class Commit { now, on_touch };
+    static AlignedBytes huge(uint64_t size, Commit commit);
     std::byte* data() const { return data_.get(); }
 
 private:

@@ -168,12 +168,12 @@ const RepackedWeight& RepackedWeights::get(const cpu::Node& w, ThreadPool& pool)
 std::byte* RepackedWeights::allocate(uint64_t bytes, std::shared_ptr<const cpu::AlignedBytes>& chunk) {
     const uint64_t size = (bytes + cpu::alignment - 1) / cpu::alignment * cpu::alignment;
     if (size >= chunk_bytes) {
-        chunk = std::make_shared<const cpu::AlignedBytes>(cpu::AlignedBytes::huge(size));
+        chunk = std::make_shared<const cpu::AlignedBytes>(cpu::AlignedBytes::huge(size, cpu::AlignedBytes::Commit::on_touch));
         return chunk->data();
     }
     chunk = filling_.lock();
     if (chunk == nullptr || filling_used_ + size > chunk_bytes) {
-        chunk = std::make_shared<const cpu::AlignedBytes>(cpu::AlignedBytes::huge(chunk_bytes));
+        chunk = std::make_shared<const cpu::AlignedBytes>(cpu::AlignedBytes::huge(chunk_bytes, cpu::AlignedBytes::Commit::on_touch));
         filling_ = chunk;
         filling_used_ = 0;
     }
