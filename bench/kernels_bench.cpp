@@ -209,41 +209,56 @@ void register_matmuls() {
 constexpr int32_t n_head = 9, n_head_kv = 3, head_dim = 64, kv_block = 16;
 constexpr int64_t kv_dim = int64_t{n_head_kv} * head_dim;
 
-// One sequence's tokens at positions [first_position, first_position + n_tokens), each attending causally to
-// every position up to its own.
+// Sequences of n_tokens / n_seqs tokens each, at positions [first_position, first_position + tokens), each token
+// attending causally to every position of its sequence up to its own. Their blocks lie anywhere in a pool of
+// pool_blocks blocks, as they do once sequences come and go: a pool larger than the caches makes the rows come
+// from memory, as an 8-session decode step's do.
 struct AttentionCase {
     const char* name;
-    int64_t n_tokens, first_position;
+    int64_t n_seqs, n_tokens, first_position, pool_blocks;
 };
 
 const std::vector<AttentionCase> attention_cases{
-    {"decode", 1, 511},   // one token attending to 512 positions
-    {"prefill", 128, 0},  // a 128-token prompt
+    {"decode", 1, 1, 511, 32},         // one token attending to 512 positions, in cache
+    {"prefill", 1, 128, 0, 8},         // a 128-token prompt
+    {"decode8", 8, 8, 191, 8192},      // 8 sessions at 192 positions, a 96 MiB pool (K and V)
 };
 
-void bench_attention(benchmark::State& state, const AttentionCase& c) {
-    const int64_t n = c.n_tokens, context = c.first_position + n;
-    const int64_t n_blocks = (context + kv_block - 1) / kv_block, n_slots = n_blocks * kv_block;
-    std::vector<uint16_t> k_pool(static_cast<size_t>(n_slots * kv_dim)), v_pool(k_pool.size());
-    const std::vector<float> k_values = random_floats(n_slots * kv_dim, 3), v_values = random_floats(n_slots * kv_dim, 4);
-    for (size_t i = 0; i < k_pool.size(); ++i) {
-        k_pool[i] = blocks::fp32_to_fp16(k_values[i]);
-        v_pool[i] = blocks::fp32_to_fp16(v_values[i]);
+void bench_attention(benchmark::State& state, const AttentionCase& c, bool fast) {
+    const int64_t n = c.n_tokens, per_seq = n / c.n_seqs, context = c.first_position + per_seq;
+    const int64_t n_blocks = (context + kv_block - 1) / kv_block, n_slots = c.pool_blocks * kv_block;
+    // On huge pages, as the backend's buffers are.
+    const uint64_t pool_halves = static_cast<uint64_t>(n_slots * kv_dim);
+    const auto k_bytes = cpu::AlignedBytes::huge(2 * pool_halves, cpu::AlignedBytes::Commit::now);
+    const auto v_bytes = cpu::AlignedBytes::huge(2 * pool_halves, cpu::AlignedBytes::Commit::now);
+    auto* k_pool = reinterpret_cast<uint16_t*>(k_bytes.data());
+    auto* v_pool = reinterpret_cast<uint16_t*>(v_bytes.data());
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (uint64_t i = 0; i < pool_halves; ++i) {
+        k_pool[i] = blocks::fp32_to_fp16(u(rng));
+        v_pool[i] = blocks::fp32_to_fp16(u(rng));
     }
-    // The sequence's blocks lie anywhere in the pool, as they do once sequences come and go.
-    std::vector<int32_t> block_table(static_cast<size_t>(n_blocks));
-    std::iota(block_table.begin(), block_table.end(), 0);
-    std::shuffle(block_table.begin(), block_table.end(), std::mt19937(5));
-    std::vector<int32_t> token_seq(static_cast<size_t>(n), 0), positions(static_cast<size_t>(n));
-    std::iota(positions.begin(), positions.end(), static_cast<int32_t>(c.first_position));
+    std::vector<int32_t> pool_order(static_cast<size_t>(c.pool_blocks));
+    std::iota(pool_order.begin(), pool_order.end(), 0);
+    std::shuffle(pool_order.begin(), pool_order.end(), std::mt19937(5));
+    // Several block tables (as a step's layers have), taken in turn, so that a pool larger than the caches is
+    // read from memory.
+    const int64_t table_size = c.n_seqs * n_blocks, tables = std::max<int64_t>(1, c.pool_blocks / table_size);
+    const std::vector<int32_t> block_tables(pool_order.begin(), pool_order.begin() + tables * table_size);
+    std::vector<int32_t> token_seq(static_cast<size_t>(n)), positions(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) {
+        token_seq[static_cast<size_t>(t)] = static_cast<int32_t>(t / per_seq);
+        positions[static_cast<size_t>(t)] = static_cast<int32_t>(c.first_position + t % per_seq);
+    }
     std::vector<float> q = random_floats(n * n_head * head_dim, 6), out(q.size());
 
     cpu::Plan plan;
     plan.nodes = {
         tensor(CELLM_OP_INPUT, CELLM_TYPE_F32, {head_dim, n_head, n, 1}, q.data()),
-        tensor(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, {kv_dim, n_slots, 1, 1}, k_pool.data()),
-        tensor(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, {kv_dim, n_slots, 1, 1}, v_pool.data()),
-        tensor(CELLM_OP_INPUT, CELLM_TYPE_I32, {n_blocks, 1, 1, 1}, block_table.data()),
+        tensor(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, {kv_dim, n_slots, 1, 1}, k_pool),
+        tensor(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, {kv_dim, n_slots, 1, 1}, v_pool),
+        tensor(CELLM_OP_INPUT, CELLM_TYPE_I32, {n_blocks, c.n_seqs, 1, 1}, const_cast<int32_t*>(block_tables.data())),
         tensor(CELLM_OP_INPUT, CELLM_TYPE_I32, {n, 1, 1, 1}, token_seq.data()),
         tensor(CELLM_OP_INPUT, CELLM_TYPE_I32, {n, 1, 1, 1}, positions.data()),
         tensor(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {int64_t{head_dim} * n_head, n, 1, 1}, out.data()),
@@ -256,8 +271,11 @@ void bench_attention(benchmark::State& state, const AttentionCase& c) {
     openblas::ThreadPool pool(2);
     openblas::AttentionScratch scratch;
     const int32_t index = static_cast<int32_t>(plan.nodes.size()) - 1;
+    int64_t table = 0;
     for (auto _ : state) {
-        openblas::attention(plan, index, pool, scratch);
+        plan.nodes[3].data = reinterpret_cast<std::byte*>(const_cast<int32_t*>(block_tables.data() + table * table_size));
+        table = (table + 1) % tables;
+        openblas::attention(plan, index, pool, scratch, fast);
         benchmark::ClobberMemory();
     }
     // Bytes of K and V rows the tokens read (one KV head's row segment serves its group of query heads).
@@ -268,13 +286,15 @@ void bench_attention(benchmark::State& state, const AttentionCase& c) {
 }
 
 void register_attention() {
-    for (const AttentionCase& c : attention_cases) {
-        const std::string name = std::string("BM_Attention/smollm2/f16/") + c.name + "/n" + std::to_string(c.n_tokens) +
-                                 "/ctx" + std::to_string(c.first_position + c.n_tokens) + "/t2";
-        benchmark::RegisterBenchmark(name.c_str(), [c](benchmark::State& state) { bench_attention(state, c); })
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
-    }
+    for (const AttentionCase& c : attention_cases)
+        for (const bool fast : {false, true}) {
+            const std::string name = std::string("BM_Attention/smollm2/f16/") + (fast ? "fast/" : "exact/") + c.name +
+                                     "/n" + std::to_string(c.n_tokens) + "/ctx" +
+                                     std::to_string(c.first_position + c.n_tokens / c.n_seqs) + "/t2";
+            benchmark::RegisterBenchmark(name.c_str(), [c, fast](benchmark::State& state) { bench_attention(state, c, fast); })
+                ->UseRealTime()
+                ->Unit(benchmark::kMicrosecond);
+        }
 }
 
 // ---- RMS_NORM ----

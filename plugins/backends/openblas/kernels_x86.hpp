@@ -397,6 +397,13 @@ void prefetch_halves(const uint16_t* p, int64_t n) {
 // How many rows ahead the attention loops ask for: enough to cover a memory latency with a row's work.
 constexpr int64_t rows_ahead = 32;
 
+// The first rows_ahead rows, asked for before a pass over the rows starts: the loops ask only for rows ahead of
+// them, so a pass otherwise waited for its first 32 rows one by one. An 8-session step's attention (rows from
+// memory, kernels_bench's decode8) took 25% less time with it.
+void prefetch_first_rows(const uint16_t* base, const int64_t* rows, int64_t count, int64_t n) {
+    for (int64_t j = 0; j < std::min(count, rows_ahead); ++j) prefetch_halves(base + rows[j], n);
+}
+
 float dot_f32(const float* a, const float* b, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
@@ -492,6 +499,7 @@ void dots_tile(const float* q, const uint16_t* const* r, int64_t n, float* out, 
 template <int Registers>
 void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
               float* out) {
+    prefetch_first_rows(base, rows, count, n);
     by_head_chunks(heads, [&]<int G>(int64_t h) {
         constexpr int R = dot_rows(G, Registers);
         int64_t j = 0;
@@ -548,6 +556,7 @@ void sum_block(const float* w, const uint16_t* base, const int64_t* rows, int64_
 template <int Registers>
 void weighted_sum_f16(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
                       int64_t n, float* out) {
+    prefetch_first_rows(base, rows, count, n);
     by_head_chunks(heads, [&]<int G>(int64_t h) {
         constexpr int C = sum_vectors(G, Registers);
         const float* w = weights + h * count;
