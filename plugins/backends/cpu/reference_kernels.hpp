@@ -39,6 +39,16 @@ struct AttentionShape {
     int64_t slot(int64_t t, int64_t j) const {
         return static_cast<int64_t>(block_table[seq_of[t] * max_blocks + j / block_size]) * block_size + j % block_size;
     }
+    // slot(t, j) * stride + offset for positions j = first..last into out[0..], walking the block table a block
+    // at a time: one division per call instead of one per position (8 sessions' attention spent 7% of its time
+    // dividing by the block size).
+    void slot_offsets(int64_t t, int64_t first, int64_t last, int64_t stride, int64_t offset, int64_t* out) const {
+        const int32_t* table = block_table + seq_of[t] * max_blocks;
+        for (int64_t j = first, b = first / block_size, in = first % block_size; j <= last; ++b, in = 0) {
+            const int64_t base = static_cast<int64_t>(table[b]) * block_size;
+            for (; in < block_size && j <= last; ++in, ++j) *out++ = (base + in) * stride + offset;
+        }
+    }
     // Offset of query head h's K/V head within a pool row.
     int64_t kv_offset(int64_t h) const { return (h / group) * head_dim; }
 };

@@ -112,7 +112,7 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         float* out = node.f32() + (t * a.n_head + h) * a.head_dim;
         if (rows_at_once) {
             int64_t* rows = scratch.rows[static_cast<size_t>(thread)].data();
-            for (int64_t j = first; j <= last; ++j) rows[j - first] = a.slot(t, j) * row + offset;
+            a.slot_offsets(t, first, last, row, offset, rows);
             kern.dots_f16(qr, heads, reinterpret_cast<const uint16_t*>(k_pool.data), rows, count, a.head_dim, scores);
             for (int64_t g = 0; g < heads; ++g) weigh(scores + g * count, count);
             kern.weighted_sum_f16(scores, heads, reinterpret_cast<const uint16_t*>(v_pool.data), rows, count, a.head_dim,
