@@ -63,12 +63,20 @@ void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + code_bytes)));
         const __m512 m = Affine ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + code_bytes + 32)))
                                 : _mm512_setzero_ps();
+        // The columns' integer sums side by side, each still over the quads in order: a column's eight
+        // vpdpbusd depend on each other, and one column at a time left them waiting on that chain.
+        __m512i sum[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) sum[c] = Affine ? _mm512_setzero_si512() : _mm512_set1_epi32(starts[c * nb + i]);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j)
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c)
+                sum[c] = _mm512_dpbusd_epi32(sum[c], w[j], _mm512_set1_epi32(code_quad(x.codes + (c * nb + i) * 32, j)));
+#pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
             const int64_t at = c * nb + i;
-            const int8_t* a = x.codes + at * 32;
-            __m512i sum = Affine ? _mm512_setzero_si512() : _mm512_set1_epi32(starts[at]);
-            for (int j = 0; j < 8; ++j) sum = _mm512_dpbusd_epi32(sum, w[j], _mm512_set1_epi32(code_quad(a, j)));
-            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.scales[at])), _mm512_cvtepi32_ps(sum), acc[c]);
+            acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(x.scales[at])), _mm512_cvtepi32_ps(sum[c]), acc[c]);
             if constexpr (Affine) acc[c] = _mm512_fmadd_ps(m, _mm512_set1_ps(x.sums[at]), acc[c]);
         }
     }
