@@ -46,6 +46,7 @@ private:
         return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
     }
 
+    bool penalizes() const;  // whether the parameters ask for any penalty
     void penalize(std::span<const int32_t> recent_tokens);
     void keep_top_k();
     void select_top_k(size_t k);

@@ -57,6 +57,29 @@ TEST(Sampler, GreedyNeverPicksNaN) {
     EXPECT_EQ(sampler.sample(logits, {}), 1);
 }
 
+// The greedy path reads the row in place; it must choose what max_element chooses with every NaN read as -inf.
+TEST(Sampler, GreedyEqualsTheFirstLargestOfEveryRow) {
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<int> level(-20, 20), kind(0, 9);
+    Sampler sampler(plain(0.0f));
+    for (const size_t vocab : {1u, 15u, 16u, 17u, 33u, 1000u, 49152u})
+        for (int row = 0; row < 20; ++row) {
+            std::vector<float> logits(vocab);
+            for (float& l : logits) {
+                const int k = kind(rng);
+                l = k == 0 ? nan : k == 1 ? -inf : k == 2 && row % 5 == 0 ? inf : 0.5f * static_cast<float>(level(rng));
+            }
+            if (row == 1) std::fill(logits.begin(), logits.end(), nan);
+            if (row == 2) std::fill(logits.begin(), logits.end(), -inf);
+            if (row == 3) logits.back() = 1000.0f;
+            std::vector<float> read(logits);
+            for (float& l : read) l = std::isnan(l) ? -inf : l;
+            const auto expected = static_cast<int32_t>(std::max_element(read.begin(), read.end()) - read.begin());
+            ASSERT_EQ(sampler.sample(logits, {}), expected) << "vocabulary " << vocab << ", row " << row;
+        }
+}
+
 TEST(Sampler, RepeatPenaltyDividesPositiveAndMultipliesNegativeLogits) {
     SamplingParams params = plain(0.0f);
     params.repeat_penalty = 2.0f;
