@@ -21,8 +21,12 @@ std::byte* map_huge_aligned(uint64_t size, AlignedBytes::Commit commit) {
     if (end > aligned + size) munmap(reinterpret_cast<void*>(aligned + size), end - aligned - size);
     madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);  // advice: a kernel without THP ignores it
     // After the huge-page advice, so that the pages committed are huge. A kernel before 5.14 refuses the
-    // request, and the pages then come on first touch.
+    // request, and C library headers without the flag leave it out: the pages then come on first touch.
+#if defined(MADV_POPULATE_WRITE)
     if (commit == AlignedBytes::Commit::now) madvise(reinterpret_cast<void*>(aligned), size, MADV_POPULATE_WRITE);
+#else
+    (void)commit;
+#endif
     return reinterpret_cast<std::byte*>(aligned);
 }
 
