@@ -42,6 +42,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
     if (logits.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw Error("sampler: logits row larger than the token id range");
 
+    // Greedy reads the row itself, unless penalties must change a copy of it first.
     if (params_.temperature <= 0.0f && !penalizes()) return first_largest(logits);
     // NaN would break the ordering every filter relies on; such a token is simply never chosen.
     scores_.resize(logits.size());
@@ -49,8 +50,7 @@ int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> 
         scores_[i] = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
     penalize(recent_tokens);
 
-    if (params_.temperature <= 0.0f)
-        return static_cast<int32_t>(std::max_element(scores_.begin(), scores_.end()) - scores_.begin());
+    if (params_.temperature <= 0.0f) return first_largest(scores_);
     keep_top_k();
     keep_top_p();
     keep_min_p();
