@@ -749,6 +749,67 @@ TEST_P(BackendOps, MatmulFollowedByResidualAdd) {
         }
 }
 
+// A decoder's FFN as the ops come in a step: RMS_NORM feeding two products (gate and up), their SwiGLU (GLU)
+// feeding a third (down). A backend may quantize a product's input inside the op that makes it; then the results
+// must be what the products get when they quantize it themselves, which the same graph with a SCALE by 1 before
+// each product (an exact copy) makes them do, in each precision the backend has. One column (decode), 5 and 8
+// (sessions: rows split unevenly and evenly over the threads) and 40 (prefill); Q8-dot, K-quant and float weights.
+// Integer-exact backends also match scalar bit for bit in exact precision.
+TEST_P(BackendOps, NormAndSwigluFeedingProductsMatchSeparateOps) {
+    if (GetParam().name == "scalar") GTEST_SKIP() << "the reference runs each op apart";
+    constexpr int64_t d = 256, ff = 512;
+    const std::vector<float> norm_weight = random_floats(d, 901, 2.0f);
+    for (cellm_dtype type : {CELLM_TYPE_Q4_1, CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_K, CELLM_TYPE_Q6_K, CELLM_TYPE_F32})
+        for (int64_t n : {1, 5, 8, 40}) {
+            SCOPED_TRACE("type " + std::to_string(type) + ", n " + std::to_string(n));
+            const Weights gate = make_weights(type, d, ff, 910), up = make_weights(type, d, ff, 911),
+                          down = make_weights(type, ff, d, 912);
+            const std::vector<float> x = random_floats(static_cast<size_t>(d * n), 913 + unsigned(n), 3.0f);
+            const auto build = [&](Instance& g, bool copies) {
+                auto input_of_products = [&](int32_t made, int64_t width) {
+                    return copies ? g.add(CELLM_OP_SCALE, CELLM_TYPE_F32, {width, n}, {made}, {}, {1.0f}) : made;
+                };
+                const int32_t xn = g.f32_weight(x, d, n), wn = g.f32_weight(norm_weight, d, 1);
+                const int32_t normed =
+                    input_of_products(g.add(CELLM_OP_RMS_NORM, CELLM_TYPE_F32, {d, n}, {xn, wn}, {}, {1e-5f}), d);
+                const int32_t g_w = g.weight(gate), u_w = g.weight(up);
+                const int32_t gated = g.add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {ff, n}, {g_w, normed});
+                const int32_t upped = g.add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {ff, n}, {u_w, normed});
+                const int32_t swiglu =
+                    input_of_products(g.add(CELLM_OP_GLU, CELLM_TYPE_F32, {ff, n}, {gated, upped}, {0}), ff);
+                const int32_t d_w = g.weight(down);
+                return std::vector<int32_t>{g.add(CELLM_OP_MATMUL, CELLM_TYPE_F32, {d, n}, {d_w, swiglu})};
+            };
+            std::vector<std::pair<std::string, std::vector<cellm_option>>> precisions = {{"default", {{"threads", "2"}}}};
+            for (const char* p : {"exact", "fast"}) {
+                // A device's fast precision may fuse these ops with its own roundings (VulkanFast bounds it).
+                if (std::string_view(p) == "fast" && !host_memory()) continue;
+                Instance probe;
+                if (probe.open_with(be, {{"precision", p}}).empty())
+                    precisions.push_back({p, {{"threads", "2"}, {"precision", p}}});
+            }
+            for (const auto& [name, options] : precisions) {
+                SCOPED_TRACE("precision " + name);
+                Instance fused, apart;
+                ASSERT_EQ(fused.open_with(be, options), "");
+                ASSERT_EQ(apart.open_with(be, options), "");
+                const std::vector<int32_t> out = build(fused, false);
+                ASSERT_EQ(fused.prepare(out), "");
+                ASSERT_EQ(apart.prepare(build(apart, true)), "");
+                ASSERT_EQ(fused.execute({}), "");
+                ASSERT_EQ(apart.execute({}), "");
+                expect_identical(fused.results[0], apart.results[0], "fused vs apart");
+                if (name == "fast" || !integer_products_exact() || type == CELLM_TYPE_F32) continue;
+                Instance scalar;
+                ASSERT_EQ(scalar.open(scalar_iface()), "");
+                ASSERT_EQ(build(scalar, false), out);
+                ASSERT_EQ(scalar.prepare(out), "");
+                ASSERT_EQ(scalar.execute({}), "");
+                expect_identical(fused.results[0], scalar.results[0], "vs scalar");
+            }
+        }
+}
+
 TEST_P(BackendOps, ElementwiseOpsAndPlanReuse) {
     const int64_t n0 = 8, n1 = 3;
     const std::vector<float> a = random_floats(n0 * n1, 3, 2.0f), b = random_floats(n0, 4), c = random_floats(n1, 5);

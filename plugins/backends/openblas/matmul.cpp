@@ -61,19 +61,12 @@ void pack_in_parts(ThreadPool& pool, int64_t n, Pack pack) {
 // x's columns quantized to Q8 blocks (blocks::quantize_q8) in the scratch, unless they already are.
 Q8Columns quantized_columns(const cpu::Node& x, int32_t x_index, ThreadPool& pool, MatmulScratch& s) {
     const int64_t k = x.ne[0], n = x.rows(), nb = k / 32;
-    int8_t* codes = sized(s.codes, n * k);
-    float* scales = sized(s.scales, n * nb);
-    float* sums = sized(s.sums, n * nb);
-    int32_t* offsets = sized(s.offsets, n * nb * 8);
     if (x_index < 0 || x_index != s.q8_input) {
-        const Kernels& kern = kernels();
-        pool.run(n, [&](int64_t c, int) {
-            kern.quantize_q8(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb, offsets + c * nb * 8);
-        });
-        s.q8_input = x_index;
-        s.q8k_input = -1;  // the arrays now hold Q8 blocks
+        prepare_columns(s, ColumnForm::q8, n, k);
+        pool.run(n, [&](int64_t c, int) { quantize_column(s, ColumnForm::q8, x.f32() + c * k, c, k); });
+        columns_hold(s, ColumnForm::q8, x_index);
     }
-    return {codes, scales, sums, offsets, nb};
+    return {s.codes.data(), s.scales.data(), s.sums.data(), s.offsets.data(), nb};
 }
 
 // The quantized path for weight types with a Q8 dot product: bit-equal to the reference for any split.
@@ -117,6 +110,42 @@ bool repackable(const cpu::Node& w) {
 }
 
 }  // namespace
+
+ColumnForm column_form(cellm_dtype weight) {
+    if (blocks::has_q8_dot(weight)) return ColumnForm::q8;
+    if (blocks::has_q8k_dot(weight)) return ColumnForm::q8k;
+    return ColumnForm::floats;
+}
+
+void prepare_columns(MatmulScratch& s, ColumnForm form, int64_t n, int64_t k) {
+    sized(s.codes, n * k);
+    if (form == ColumnForm::q8) {
+        sized(s.scales, n * (k / 32));
+        sized(s.sums, n * (k / 32));
+        sized(s.offsets, n * (k / 32) * 8);
+    } else if (form == ColumnForm::q8k) {
+        sized(s.scales, n * (k / 256));
+        sized(s.k_sums, n * (k / 256) * 16);
+    }
+}
+
+void quantize_column(MatmulScratch& s, ColumnForm form, const float* x, int64_t c, int64_t k) {
+    const Kernels& kern = kernels();
+    if (form == ColumnForm::q8) {
+        const int64_t nb = k / 32;
+        kern.quantize_q8(x, k, s.codes.data() + c * k, s.scales.data() + c * nb, s.sums.data() + c * nb,
+                         s.offsets.data() + c * nb * 8);
+    } else if (form == ColumnForm::q8k) {
+        const int64_t nb = k / 256;
+        kern.quantize_q8k(x, k, s.codes.data() + c * k, s.scales.data() + c * nb, s.k_sums.data() + c * nb * 16);
+    }
+}
+
+void columns_hold(MatmulScratch& s, ColumnForm form, int32_t x_index) {
+    // The arrays hold one form at a time.
+    s.q8_input = form == ColumnForm::q8 ? x_index : -1;
+    s.q8k_input = form == ColumnForm::q8k ? x_index : -1;
+}
 
 bool matmul_repacked(std::span<const Product> products, const cpu::Node& x, ThreadPool& pool, MatmulScratch& s,
                      RepackedWeights& repacked, int32_t x_index) {
@@ -163,17 +192,15 @@ namespace {
 void matmul_q8k(const cpu::Node& w, const std::byte* stored, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool,
                 MatmulScratch& s, int32_t x_index) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 256;
-    int8_t* codes = sized(s.codes, n * k);
-    float* scales = sized(s.scales, n * nb);
-    int16_t* sums = sized(s.k_sums, n * nb * 16);
-    const Kernels& kern = kernels();
     if (x_index < 0 || x_index != s.q8k_input) {
-        pool.run(n, [&](int64_t c, int) {
-            kern.quantize_q8k(x.f32() + c * k, k, codes + c * k, scales + c * nb, sums + c * nb * 16);
-        });
-        s.q8_input = -1;  // the arrays now hold Q8_K blocks
-        s.q8k_input = x_index;
+        prepare_columns(s, ColumnForm::q8k, n, k);
+        pool.run(n, [&](int64_t c, int) { quantize_column(s, ColumnForm::q8k, x.f32() + c * k, c, k); });
+        columns_hold(s, ColumnForm::q8k, x_index);
     }
+    const int8_t* codes = s.codes.data();
+    const float* scales = s.scales.data();
+    const int16_t* sums = s.k_sums.data();
+    const Kernels& kern = kernels();
     Q8KColumns columns{codes, scales, sums, nb};
     if (kern.pack_k_columns != nullptr) {
         s.packed.resize(kern.pack_k_columns(columns, n, nullptr, 0, 1));

@@ -49,6 +49,20 @@ struct MatmulScratch {
     std::vector<std::vector<float>> panels;  // per thread: expanded weight rows
 };
 
+// How the products of a weight type read their input: as floats, or quantized once per input to Q8 blocks of 32
+// or Q8_K blocks of 256 (MatmulScratch::q8_input, q8k_input).
+enum class ColumnForm { floats, q8, q8k };
+ColumnForm column_form(cellm_dtype weight);
+
+// Quantizing an input in the scratch, column by column, as the products would: the op that makes the input can do
+// it while each column is in cache, and the products then skip their own pass (and its hand-off to the pool).
+// - prepare_columns sizes the arrays for n columns of k values; call it before any quantize_column.
+// - quantize_column quantizes the k floats at x as column c; calls for different columns may run at once.
+// - columns_hold records that the arrays now hold plan node x_index in that form, once every column is done.
+void prepare_columns(MatmulScratch& scratch, ColumnForm form, int64_t n, int64_t k);
+void quantize_column(MatmulScratch& scratch, ColumnForm form, const float* x, int64_t c, int64_t k);
+void columns_hold(MatmulScratch& scratch, ColumnForm form, int32_t x_index);
+
 // One product y = W x of several that share x.
 struct Product {
     const cpu::Node* w;

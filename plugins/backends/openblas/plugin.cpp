@@ -59,8 +59,8 @@ public:
             case CELLM_OP_ROPE: rope(plan, node); break;
             case CELLM_OP_KV_STORE: kv_store(plan, index); break;
             case CELLM_OP_GLU: case CELLM_OP_GELU: case CELLM_OP_SILU:
-                if (fast_ && takes_gelu(node)) gelu(plan, node);
-                else if (!takes_gelu(node) && exp_ != nullptr) silu(plan, node);
+                if (fast_ && takes_gelu(node)) gelu(plan, index);
+                else if (!takes_gelu(node) && exp_ != nullptr) silu(plan, index);
                 else run_split(plan, index);
                 break;
             default: run_split(plan, index); break;
@@ -102,11 +102,47 @@ private:
     // The other ops through the reference kernels, rows split across the pool.
     void run_split(cpu::Plan& plan, int32_t index) {
         const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
+        auto run = [&](int64_t begin, int64_t end) { cpu::run_reference_part(plan, index, begin, end); };
         // An exp per element (SiLU, GELU and their GLUs) pays for the hand-off at an eighth of the size: eight
         // sessions' SwiGLU on one thread took a tenth of a SmolLM2 decode step.
         const bool costly = node.op == CELLM_OP_GLU || node.op == CELLM_OP_SILU || node.op == CELLM_OP_GELU;
-        split(cpu::reference_parts(plan, index), node.nelements() * (costly ? 8 : 1),
-              [&](int64_t begin, int64_t end) { cpu::run_reference_part(plan, index, begin, end); });
+        if (costly || node.op == CELLM_OP_RMS_NORM) return rows_for_products(plan, index, costly ? 8 : 1, run);
+        split(cpu::reference_parts(plan, index), node.nelements(), run);
+    }
+
+    // An op made row by row (a norm, an activation) whose rows are the input of the MATMULs right after it (the
+    // norms before Q, K and V or gate and up; SwiGLU before down): each task quantizes the rows it made while they
+    // are in cache, as those products would (matmul.hpp), and the products skip their own pass and its hand-off
+    // to the pool. One dispatch where there were two, and the norm no longer runs on one thread while the others
+    // wait. Without such products, split() with each element weighted by `cost`.
+    template <class Run>
+    void rows_for_products(const cpu::Plan& plan, int32_t index, int64_t cost, Run run) {
+        const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
+        const ColumnForm form = readers_form(plan, index);
+        if (form == ColumnForm::floats) return split(node.rows(), node.nelements() * cost, run);
+        const int64_t rows = node.rows(), k = node.ne[0];
+        prepare_columns(matmul_, form, rows, k);
+        // A norm takes four rows to a task at least: the reference RMSNorm sums four rows' squares at once.
+        const int64_t least = node.op == CELLM_OP_RMS_NORM ? 4 : 1;
+        const int64_t per_task = std::max<int64_t>(least, rows / (4 * pool_.size()));
+        pool_.run((rows + per_task - 1) / per_task, [&](int64_t task, int) {
+            const int64_t r0 = task * per_task, r1 = std::min(rows, r0 + per_task);
+            run(r0, r1);
+            for (int64_t r = r0; r < r1; ++r) quantize_column(matmul_, form, node.f32() + r * k, r, k);
+        });
+        columns_hold(matmul_, form, index);
+    }
+
+    // The form the products reading node `index` take it in, when they come next in the plan (only their weights'
+    // leaves between); floats when they do not, or read floats.
+    static ColumnForm readers_form(const cpu::Plan& plan, int32_t index) {
+        for (size_t j = static_cast<size_t>(index) + 1; j < plan.nodes.size(); ++j) {
+            const cpu::Node& next = plan.nodes[j];
+            if (next.op == CELLM_OP_WEIGHT) continue;
+            if (next.op != CELLM_OP_MATMUL || next.src[1] != index) return ColumnForm::floats;
+            return column_form(src(plan, next, 0).type);
+        }
+        return ColumnForm::floats;
     }
 
     // run(begin, end) over `parts` independent units of an op that writes `elements` values (weighted by their
@@ -131,11 +167,12 @@ private:
     static bool takes_gelu(const cpu::Node& node) {
         return node.op == CELLM_OP_GELU || (node.op == CELLM_OP_GLU && node.iparams[0] == 1);
     }
-    void gelu(const cpu::Plan& plan, const cpu::Node& node) {
+    void gelu(const cpu::Plan& plan, int32_t index) {
+        const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
         const float* x = src(plan, node, 0).f32();
         const float* up = node.op == CELLM_OP_GLU ? src(plan, node, 1).f32() : nullptr;
         const int64_t width = node.ne[0];
-        split(node.rows(), node.nelements(), [&](int64_t r0, int64_t r1) {
+        rows_for_products(plan, index, 1, [&](int64_t r0, int64_t r1) {
             const int64_t at = r0 * width, n = (r1 - r0) * width;
             if (up != nullptr) glu_fast(x + at, up + at, node.f32() + at, n, true);
             else gelu_fast(x + at, node.f32() + at, n);
@@ -157,11 +194,12 @@ private:
     // SiLU and its GLU as the reference computes them, x / (1 + exp(-x)) (times up), with the exps a vector at a
     // time (kernels.hpp's libm_exp, bit-equal to std::exp) instead of one libm call each: 8 sessions' SwiGLU
     // took 7% of a SmolLM2 step.
-    void silu(const cpu::Plan& plan, const cpu::Node& node) {
+    void silu(const cpu::Plan& plan, int32_t index) {
+        const cpu::Node& node = plan.nodes[static_cast<size_t>(index)];
         const float* x = src(plan, node, 0).f32();
         const float* up = node.op == CELLM_OP_GLU ? src(plan, node, 1).f32() : nullptr;
         const int64_t width = node.ne[0];
-        split(node.rows(), node.nelements() * 2, [&](int64_t r0, int64_t r1) {
+        rows_for_products(plan, index, 2, [&](int64_t r0, int64_t r1) {
             float e[256];
             for (int64_t at = r0 * width, end = r1 * width; at < end; at += 256) {
                 const int64_t n = std::min<int64_t>(256, end - at);
