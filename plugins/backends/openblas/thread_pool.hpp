@@ -45,7 +45,7 @@ private:
     std::vector<std::thread> workers_;
     std::mutex mutex_;
     std::condition_variable wake_;
-    bool stopping_ = false;
+    std::atomic<bool> stopping_{false};
     std::atomic<uint64_t> generation_{0};  // bumped once per job; workers watch it
     std::atomic<int64_t> next_task_{0};
     std::atomic<int> busy_{0};             // workers still inside the current job
