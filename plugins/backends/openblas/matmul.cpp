@@ -58,15 +58,21 @@ void pack_in_parts(ThreadPool& pool, int64_t n, Pack pack) {
     else pool.run(pool.size(), [&](int64_t part, int) { pack(part, pool.size()); });
 }
 
-// x's columns quantized to Q8 blocks (blocks::quantize_q8) in the scratch, unless they already are.
+// x's columns quantized in `form` in the scratch, unless they already are (by an earlier product of x, or by the op
+// that made x).
+void quantize_input(const cpu::Node& x, int32_t x_index, ColumnForm form, ThreadPool& pool, MatmulScratch& s) {
+    const int32_t held = form == ColumnForm::q8 ? s.q8_input : s.q8k_input;
+    if (x_index >= 0 && x_index == held) return;
+    const int64_t k = x.ne[0], n = x.rows();
+    prepare_columns(s, form, n, k);
+    pool.run(n, [&](int64_t c, int) { quantize_column(s, form, x.f32() + c * k, c, k); });
+    columns_hold(s, form, x_index);
+}
+
+// x's columns as Q8 blocks (blocks::quantize_q8).
 Q8Columns quantized_columns(const cpu::Node& x, int32_t x_index, ThreadPool& pool, MatmulScratch& s) {
-    const int64_t k = x.ne[0], n = x.rows(), nb = k / 32;
-    if (x_index < 0 || x_index != s.q8_input) {
-        prepare_columns(s, ColumnForm::q8, n, k);
-        pool.run(n, [&](int64_t c, int) { quantize_column(s, ColumnForm::q8, x.f32() + c * k, c, k); });
-        columns_hold(s, ColumnForm::q8, x_index);
-    }
-    return {s.codes.data(), s.scales.data(), s.sums.data(), s.offsets.data(), nb};
+    quantize_input(x, x_index, ColumnForm::q8, pool, s);
+    return {s.codes.data(), s.scales.data(), s.sums.data(), s.offsets.data(), x.ne[0] / 32};
 }
 
 // The quantized path for weight types with a Q8 dot product: bit-equal to the reference for any split.
@@ -192,11 +198,7 @@ namespace {
 void matmul_q8k(const cpu::Node& w, const std::byte* stored, const cpu::Node& x, const cpu::Node& y, ThreadPool& pool,
                 MatmulScratch& s, int32_t x_index) {
     const int64_t k = w.ne[0], m = w.ne[1], n = x.rows(), nb = k / 256;
-    if (x_index < 0 || x_index != s.q8k_input) {
-        prepare_columns(s, ColumnForm::q8k, n, k);
-        pool.run(n, [&](int64_t c, int) { quantize_column(s, ColumnForm::q8k, x.f32() + c * k, c, k); });
-        columns_hold(s, ColumnForm::q8k, x_index);
-    }
+    quantize_input(x, x_index, ColumnForm::q8k, pool, s);
     const int8_t* codes = s.codes.data();
     const float* scales = s.scales.data();
     const int16_t* sums = s.k_sums.data();
