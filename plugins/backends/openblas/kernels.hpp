@@ -1,7 +1,7 @@
 // The inner loops where a step spends its time, one table per instruction set, chosen once at load by CPU
 // feature detection. Each entry computes what the reference kernels compute (up to float summation order), so
-// any table can be tested against the scalar backend. A new instruction set (ARM NEON, AVX-512) is one more
-// file filling this table.
+// any table can be tested against the scalar backend. A new instruction set is one more file filling this table
+// (kernels_x86.hpp and kernels_arm.hpp write theirs once for several feature levels).
 #pragma once
 
 #include <cellm/tensor.h>
@@ -64,7 +64,7 @@ using RowsDotQ8K = void (*)(const void* rows, uint64_t row_bytes, int64_t n_rows
 using RowDequantize = void (*)(const void* row, float* out, int64_t n_blocks);
 
 struct Kernels {
-    const char* isa;  // "avx512-vnni", "avx2", "portable"
+    const char* isa;  // "avx512-vnni", "avx2", "neon-i8mm", "neon-dotprod", "neon", "portable"
     QuantizeQ8 quantize_q8;
     // Indexed by Slot below; nullptr where this table has no specialised loop (callers use blocks::).
     RowsDotQ8 dot_q8[5];
@@ -120,9 +120,12 @@ inline int k_slot(cellm_dtype type) {
 }
 
 const Kernels& portable_kernels();
-// nullptr when not compiled in (non-x86 builds).
+// nullptr when not compiled in (builds for another instruction set).
 const Kernels* avx2_kernels();
 const Kernels* avx512_kernels();
+const Kernels* neon_kernels();     // ARMv8.0 Advanced SIMD
+const Kernels* dotprod_kernels();  // and SDOT
+const Kernels* i8mm_kernels();     // and SMMLA
 
 // Whether this CPU (and OS) runs the AVX-512 VNNI code: F, BW, DQ and VL, and VNNI, read from CPUID because
 // clang's __builtin_cpu_supports does not know "avx512vnni".

@@ -9,6 +9,9 @@
 
 #if defined(__x86_64__)
 #include <cpuid.h>
+#elif defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
 #endif
 
 namespace cellm::openblas {
@@ -56,6 +59,11 @@ const Kernels& portable_kernels() { return table; }
 #if !defined(__x86_64__)
 const Kernels* avx2_kernels() { return nullptr; }
 const Kernels* avx512_kernels() { return nullptr; }
+#endif
+#if !defined(__aarch64__)
+const Kernels* neon_kernels() { return nullptr; }
+const Kernels* dotprod_kernels() { return nullptr; }
+const Kernels* i8mm_kernels() { return nullptr; }
 #endif
 
 ExpF32 libm_exp() {
@@ -110,6 +118,13 @@ const std::vector<const Kernels*>& runnable_kernels() {
         const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpuid_ecx(1, 29);  // F16C
         if (avx2 && has_avx512_vnni()) found.push_back(avx512_kernels());
         if (avx2) found.push_back(avx2_kernels());
+#elif defined(__aarch64__)
+        // What the kernel reports this core (and the OS) can run; the compiler's target says nothing about it.
+        const unsigned long hwcap = getauxval(AT_HWCAP), hwcap2 = getauxval(AT_HWCAP2);
+        const bool dotprod = (hwcap & HWCAP_ASIMDDP) != 0;
+        if (dotprod && (hwcap2 & HWCAP2_I8MM) != 0) found.push_back(i8mm_kernels());
+        if (dotprod) found.push_back(dotprod_kernels());
+        if ((hwcap & HWCAP_ASIMD) != 0) found.push_back(neon_kernels());
 #endif
         found.push_back(&table);
         return found;

@@ -189,7 +189,13 @@ void RepackedWeights::forget(const std::byte* begin, uint64_t size) {
     }
 }
 
-#if !defined(__x86_64__)
+#if defined(__aarch64__)
+// Chosen here, in code built for every ARM core, rather than in the SDOT file itself.
+RepackedDot repacked_dot() {
+    static const bool sdot = std::ranges::find(runnable_kernels(), dotprod_kernels()) != runnable_kernels().end();
+    return sdot ? repacked_dot_sdot : nullptr;
+}
+#elif !defined(__x86_64__)
 RepackedDot repacked_dot() { return nullptr; }
 #endif
 

@@ -66,8 +66,12 @@ struct RepackedWeight {
 using RepackedDot = void (*)(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x,
                              const int32_t* starts, int64_t n_cols, float* y, int64_t y_stride);
 
-// The AVX-512 VNNI kernel, or nullptr when this CPU (or build) has none.
+// The AVX-512 VNNI kernel (repacked_avx512.cpp) or the ARM SDOT one (repacked_dotprod.cpp), or nullptr when this
+// CPU (or build) has neither.
 RepackedDot repacked_dot();
+#if defined(__aarch64__)
+extern const RepackedDot repacked_dot_sdot;  // repacked_dotprod.cpp: run it only where the CPU has SDOT
+#endif
 
 // Repacked weights of one backend instance, made at a weight's first fast product and kept until the host frees
 // the buffer they came from.
