@@ -48,7 +48,7 @@ Weight make_weight(cellm_dtype type, int64_t k, int64_t m, unsigned seed) {
 
 TEST(RepackedProducts, FollowTheReferenceUpToRounding) {
     const RepackedDot dot = repacked_dot();
-    if (dot == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+    if (dot == nullptr) GTEST_SKIP() << "this CPU has no repacked kernel (AVX-512 VNNI or ARM SDOT)";
     ThreadPool pool(2);
     for (cellm_dtype type : {CELLM_TYPE_Q8_0, CELLM_TYPE_Q4_0, CELLM_TYPE_Q4_1, CELLM_TYPE_Q5_0, CELLM_TYPE_Q5_1})
         for (const int64_t k : {64, 576})
@@ -100,7 +100,7 @@ TEST(RepackedProducts, FollowTheReferenceUpToRounding) {
 }
 
 TEST(RepackedProducts, FollowTheirBufferAndShape) {
-    if (repacked_dot() == nullptr) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+    if (repacked_dot() == nullptr) GTEST_SKIP() << "this CPU has no repacked kernel (AVX-512 VNNI or ARM SDOT)";
     ThreadPool pool(1);
     Weight w = make_weight(CELLM_TYPE_Q4_1, 64, 20, 3);
     RepackedWeights repacked;

@@ -1,5 +1,7 @@
 // The fast activations with AVX2 and FMA, 8 floats at a time.
-#include "activations_x86.hpp"
+#include "activations_simd.hpp"
+
+#include <immintrin.h>
 
 #include <cstring>
 
@@ -55,13 +57,13 @@ struct Avx2 {
     // GELU's w = -z, reduced to n and r in double, four lanes at a time.
     static void gelu_reduce_half(__m128 x, __m128& n, __m128& r) {
         const __m256d xd = _mm256_cvtps_pd(x);
-        const __m256d wd = _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_mul_pd(xd, xd), _mm256_set1_pd(-x86::gelu_k3),
-                                                             _mm256_set1_pd(-x86::gelu_k1)));
-        const __m256d clamped = _mm256_min_pd(_mm256_max_pd(wd, _mm256_set1_pd(x86::w_min)), _mm256_set1_pd(x86::w_max));
-        const __m256d nd = _mm256_round_pd(_mm256_mul_pd(clamped, _mm256_set1_pd(x86::log2e)),
+        const __m256d wd = _mm256_mul_pd(xd, _mm256_fmadd_pd(_mm256_mul_pd(xd, xd), _mm256_set1_pd(-simd::gelu_k3),
+                                                             _mm256_set1_pd(-simd::gelu_k1)));
+        const __m256d clamped = _mm256_min_pd(_mm256_max_pd(wd, _mm256_set1_pd(simd::w_min)), _mm256_set1_pd(simd::w_max));
+        const __m256d nd = _mm256_round_pd(_mm256_mul_pd(clamped, _mm256_set1_pd(simd::log2e)),
                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         n = _mm256_cvtpd_ps(nd);
-        r = _mm256_cvtpd_ps(_mm256_fmadd_pd(nd, _mm256_set1_pd(-x86::ln2), clamped));
+        r = _mm256_cvtpd_ps(_mm256_fmadd_pd(nd, _mm256_set1_pd(-simd::ln2), clamped));
     }
     static void gelu_reduce(F x, F& n, F& r) {
         __m128 n2[2], r2[2];
@@ -72,7 +74,7 @@ struct Avx2 {
     }
 };
 
-const Activations avx2 = x86::table<Avx2>("avx2");
+const Activations avx2 = simd::table<Avx2>("avx2");
 
 }  // namespace
 

@@ -1,5 +1,7 @@
 // The fast activations with AVX-512F, 16 floats at a time.
-#include "activations_x86.hpp"
+#include "activations_simd.hpp"
+
+#include <immintrin.h>
 
 // GCC 12's 512-bit scalef, convert and insert intrinsics start from a self-initialised "undefined" register,
 // which its own -Wmaybe-uninitialized then reports at every use; the values are all defined.
@@ -40,13 +42,13 @@ struct Avx512 {
     // GELU's w = -z, reduced to n and r in double, eight lanes at a time.
     static void gelu_reduce_half(__m256 x, __m256& n, __m256& r) {
         const __m512d xd = _mm512_cvtps_pd(x);
-        const __m512d wd = _mm512_mul_pd(xd, _mm512_fmadd_pd(_mm512_mul_pd(xd, xd), _mm512_set1_pd(-x86::gelu_k3),
-                                                             _mm512_set1_pd(-x86::gelu_k1)));
-        const __m512d clamped = _mm512_min_pd(_mm512_max_pd(wd, _mm512_set1_pd(x86::w_min)), _mm512_set1_pd(x86::w_max));
-        const __m512d nd = _mm512_roundscale_pd(_mm512_mul_pd(clamped, _mm512_set1_pd(x86::log2e)),
+        const __m512d wd = _mm512_mul_pd(xd, _mm512_fmadd_pd(_mm512_mul_pd(xd, xd), _mm512_set1_pd(-simd::gelu_k3),
+                                                             _mm512_set1_pd(-simd::gelu_k1)));
+        const __m512d clamped = _mm512_min_pd(_mm512_max_pd(wd, _mm512_set1_pd(simd::w_min)), _mm512_set1_pd(simd::w_max));
+        const __m512d nd = _mm512_roundscale_pd(_mm512_mul_pd(clamped, _mm512_set1_pd(simd::log2e)),
                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         n = _mm512_cvtpd_ps(nd);
-        r = _mm512_cvtpd_ps(_mm512_fmadd_pd(nd, _mm512_set1_pd(-x86::ln2), clamped));
+        r = _mm512_cvtpd_ps(_mm512_fmadd_pd(nd, _mm512_set1_pd(-simd::ln2), clamped));
     }
     static F join(__m256 lo, __m256 hi) {
         return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
@@ -60,7 +62,7 @@ struct Avx512 {
     }
 };
 
-const Activations avx512 = x86::table<Avx512>("avx512");
+const Activations avx512 = simd::table<Avx512>("avx512");
 
 }  // namespace
 

@@ -57,6 +57,9 @@ const Activations& best() { return *runnable_activations().front(); }
 const Activations* avx2_activations() { return nullptr; }
 const Activations* avx512_activations() { return nullptr; }
 #endif
+#if !defined(__aarch64__)
+const Activations* neon_activations() { return nullptr; }
+#endif
 
 const std::vector<const Activations*>& runnable_activations() {
     static const std::vector<const Activations*> tables = [] {
@@ -66,6 +69,8 @@ const std::vector<const Activations*>& runnable_activations() {
         const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         if (avx2 && __builtin_cpu_supports("avx512f")) found.push_back(avx512_activations());
         if (avx2) found.push_back(avx2_activations());
+#elif defined(__aarch64__)
+        found.push_back(neon_activations());  // Advanced SIMD is part of ARMv8.0's 64-bit state
 #endif
         found.push_back(&portable);
         return found;

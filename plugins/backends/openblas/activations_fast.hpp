@@ -28,16 +28,17 @@ void softmax_fast(float* x, int64_t n, float scale);
 
 // The functions above for one instruction set; tests and benchmarks reach every table the CPU can run.
 struct Activations {
-    const char* isa;  // "avx512", "avx2", "portable"
+    const char* isa;  // "avx512", "avx2", "neon", "portable"
     void (*glu)(const float* gate, const float* up, float* out, int64_t n, bool gelu);
     void (*gelu)(const float* x, float* out, int64_t n);
     void (*silu)(const float* x, float* out, int64_t n);
     void (*softmax)(float* x, int64_t n, float scale);
 };
 
-// nullptr when not compiled in (non-x86 builds).
+// nullptr when not compiled in (builds for another instruction set).
 const Activations* avx2_activations();
 const Activations* avx512_activations();
+const Activations* neon_activations();
 
 // Every table this CPU can run, best first.
 const std::vector<const Activations*>& runnable_activations();

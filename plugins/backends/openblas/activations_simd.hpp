@@ -1,17 +1,15 @@
-// The fast activations' algorithm, written once over a vector type `V` that activations_avx2.cpp and
-// activations_avx512.cpp define. Include it only from those files: everything here has internal linkage, so
-// no function compiled with wider instructions is shared with code meant for an older CPU.
+// The fast activations' algorithm, written once over a vector type `V` that activations_avx2.cpp,
+// activations_avx512.cpp and activations_neon.cpp define. Include it only from those files: everything here has
+// internal linkage, so no function compiled with wider instructions is shared with code meant for an older CPU.
 #pragma once
 
 #include "activations_fast.hpp"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
-namespace cellm::openblas::x86 {
+namespace cellm::openblas::simd {
 namespace {
 
 // GELU's z = k1 x + k3 x^3 (activations_fast.hpp), exact in double: the float constants' products fit.
@@ -130,4 +128,4 @@ constexpr Activations table(const char* isa) {
 }
 
 }  // namespace
-}  // namespace cellm::openblas::x86
+}  // namespace cellm::openblas::simd
