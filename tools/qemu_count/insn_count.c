@@ -4,8 +4,9 @@
  *
  *   qemu-aarch64 -plugin libinsn_count.so[,outfile=PATH][,inline=on] PROGRAM ...
  *
- * Output, one line on stderr or in PATH (overwritten): "insns=N vcpus=V mode=cb|inline", V being the
- * number of guest threads (vCPUs) that were started.
+ * Output, on stderr or in PATH (overwritten): "insns=N vcpus=V mode=cb|inline", V being the number of
+ * guest threads (vCPUs) that were started, then in cb mode a line "vcpu I: N" for each vCPU index that ran
+ * (an index is reused by a later thread once its thread has exited).
  *
  * Counting is per translation block: a TB's instruction count is added each time the TB starts. An
  * instruction that faults in the middle of a TB leaves the rest of the TB counted but not executed; guest
@@ -84,6 +85,11 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
     }
     fprintf(out, "insns=%" PRIu64 " vcpus=%" PRIu64 " mode=%s\n", total,
             __atomic_load_n(&vcpus_started, __ATOMIC_RELAXED), inline_mode ? "inline" : "cb");
+    for (int i = 0; i < MAX_SLOTS && !inline_mode; i++) {
+        if (slots[i].insns) {
+            fprintf(out, "vcpu %d: %" PRIu64 "\n", i, slots[i].insns);
+        }
+    }
     if (out != stderr) {
         fclose(out);
     }
