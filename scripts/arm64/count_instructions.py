@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,7 @@ def count(cpu, plugin, argv, timeout):
     env = {k: v for k, v in os.environ.items() if k not in ("QEMU_LD_PREFIX", "QEMU_CPU")}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "count"
-        cmd = ["qemu-aarch64", "-cpu", cpu, "-plugin", f"{plugin},outfile={out}", *map(str, argv)]
+        cmd = ["qemu-aarch64", "-cpu", cpu, "-plugin", f"{plugin},outfile={out}", *map(str, argv)]  # argv may start with -E
         start = time.monotonic()
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
         seconds = time.monotonic() - start
@@ -75,10 +76,23 @@ def count(cpu, plugin, argv, timeout):
         return int(fields["insns"]), busy, seconds, p.stderr
 
 
+def snapshot_cellm(build):
+    """Copies the cellm programs of a build folder that may be rebuilt meanwhile; returns the copy's bin folder
+    and when its backend plugin was built."""
+    src, dst = build / "bin", CACHE / "cellm-arm64-snapshot/bin"
+    shutil.rmtree(dst.parent, ignore_errors=True)
+    (dst / "plugins").mkdir(parents=True)
+    for f in [src / "cellm-host", *src.glob("libcellm.so*"), *(src / "plugins").glob("cellm-*.so")]:
+        shutil.copy2(f, dst / f.relative_to(src), follow_symlinks=True)
+    built = time.strftime("%Y-%m-%d %H:%M", time.localtime((src / "plugins/cellm-openblas.so").stat().st_mtime))
+    return dst, built
+
+
 def engine_argv(engine, args, model, manifest, prompt, gen):
     if engine.startswith("cellm"):
         precision = engine.split(":")[1]
-        return [args.cellm_build / "bin/cellm-host", "bench", "--manifest", manifest, "--model", model,
+        # cellm-host's RUNPATH names the build folder: the guest's LD_LIBRARY_PATH, searched first, names the copy.
+        return ["-E", f"LD_LIBRARY_PATH={args.cellm_bin}", args.cellm_bin / "cellm-host", "bench", "--manifest", manifest, "--model", model,
                 "--backend", "openblas", "--threads", "1", "--precision", precision,
                 "--prompt-tokens", prompt, "--gen-tokens", gen, "--repetitions", "1"]
     return [args.llamacpp_bin / "llama-bench", "-m", model, "-d", prompt, "-p", "0", "-n", gen,
@@ -166,12 +180,17 @@ def main():
     if missing:
         sys.exit("count_instructions.py: missing " + ", ".join(missing) + " (see the build scripts in scripts/arm64/)")
 
+    if any(e.startswith("cellm") for e in engines):
+        args.cellm_bin, built = snapshot_cellm(args.cellm_build)
     jobs = [(m, c, e) for m in models for c in cpus for e in engines]
     start = time.monotonic()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         rows = list(pool.map(lambda j: measure(j, args), jobs))
     elapsed = time.monotonic() - start
-    text = table(rows, args) + f"\n{len(jobs) * 3} qemu runs, {elapsed / 60:.1f} min wall ({args.jobs} at once).\n"
+    text = table(rows, args) + f"\n{len(jobs) * 3} qemu runs, {elapsed / 60:.1f} min wall ({args.jobs} at once)."
+    if any(e.startswith("cellm") for e in engines):
+        text += f" cellm: {args.cellm_build} (openblas plugin built {built})."
+    text += "\n"
     args.out.write_text(text)
     Path(str(args.out) + ".json").write_text(json.dumps(rows, indent=1))
     print(text)
