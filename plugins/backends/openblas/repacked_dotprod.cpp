@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace cellm::openblas {
 namespace {
@@ -20,83 +21,82 @@ int8x16_t fifth_bits(uint64_t mask, int v) {
     return vreinterpretq_s8_u8(vandq_u8(vtstq_u8(spread, select), vdupq_n_u8(16)));
 }
 
-// Sixteen rows of one group against C columns, block after block.
-template <bool Nibbles, bool Fifth, bool Affine, int C>
+// sum[v] += rows 4 (v0 + v) .. 4 (v0 + v) + 3 of quad J (w[v]) times quad J of the column's 32 codes (a[J / 4],
+// lane J % 4).
+template <int J, int V>
+[[gnu::always_inline]] inline void quad_sums(int32x4_t (&sum)[V], const int8x16_t (&w)[V], const int8x16_t (&a)[2]) {
+    for (int v = 0; v < V; ++v) sum[v] = vdotq_laneq_s32(sum[v], w[v], a[J / 4], J % 4);
+}
+
+// Registers v0 .. v0 + V - 1 of rows of quad Q (Q < 4: chunk Q's low nibbles; Q >= 4: chunk Q - 4's high
+// ones, each with its fifth bits), or of Q8_0's chunk Q as signed bytes.
+template <bool Nibbles, bool Fifth, int Q, int V>
+[[gnu::always_inline]] inline void quad_rows(const uint8_t* b, int v0, int8x16_t (&w)[V]) {
+    if constexpr (Nibbles) {
+        constexpr int chunk = Q % 4;
+        for (int v = 0; v < V; ++v) {
+            const uint8x16_t packed = vld1q_u8(b + 64 * chunk + 16 * (v0 + v));
+            w[v] = vreinterpretq_s8_u8(Q < 4 ? vandq_u8(packed, vdupq_n_u8(0x0F)) : vshrq_n_u8(packed, 4));
+        }
+        if constexpr (Fifth) {
+            uint64_t mask;
+            std::memcpy(&mask, b + 256 + 8 * Q, sizeof mask);
+            for (int v = 0; v < V; ++v) w[v] = vorrq_s8(w[v], fifth_bits(mask, v0 + v));
+        }
+    } else {
+        for (int v = 0; v < V; ++v)
+            w[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 64 * Q + 16 * (v0 + v)), vdupq_n_u8(0x80)));
+    }
+}
+
+// Rows 4 v0 .. 4 (v0 + V) - 1 of one group (V registers of four rows) against C columns, block after block:
+// the whole group (V = 4) for one or two columns, half of it (V = 2) for four, so that the sums and the
+// accumulators fit the 32 registers. The eight quads are unrolled, so every SDOT names its column lane as a
+// constant.
+template <bool Nibbles, bool Fifth, bool Affine, int V, int C>
 void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int32_t* starts, float* y,
-               int64_t y_stride, int64_t rows) {
+               int64_t y_stride, int v0, int64_t rows) {
     constexpr RepackedFormat f{Nibbles, Fifth, Affine, 0};
-    float32x4_t acc[C][4];
+    float32x4_t acc[C][V];
     for (int c = 0; c < C; ++c)
-        for (int v = 0; v < 4; ++v) acc[c][v] = vdupq_n_f32(0.0f);
+        for (int v = 0; v < V; ++v) acc[c][v] = vdupq_n_f32(0.0f);
     for (int64_t i = 0; i < nb; ++i) {
         const auto* b = reinterpret_cast<const uint8_t*>(group + i * f.block_bytes());
         int8x16_t a[C][2];
-        int32x4_t sum[C][4];
+        int32x4_t sum[C][V];
         for (int c = 0; c < C; ++c) {
             const int8_t* codes = x.codes + (c * nb + i) * 32;
             a[c][0] = vld1q_s8(codes);
             a[c][1] = vld1q_s8(codes + 16);
-            // Q8_0's codes go back to signed bytes below, so its sums need no start.
-            const int32_t start = Nibbles && !Affine ? starts[c * nb + i] : 0;
-            for (int v = 0; v < 4; ++v) sum[c][v] = vdupq_n_s32(start);
+            // Q8_0's codes go back to signed bytes (quad_rows), so its sums need no start.
+            const int32x4_t start = vdupq_n_s32(Nibbles && !Affine ? starts[c * nb + i] : 0);
+            for (int v = 0; v < V; ++v) sum[c][v] = start;
         }
-        // Quad j's four registers of rows meet quad j of every column.
-        auto quad = [&](int j, const int8x16_t (&w)[4]) {
-            for (int c = 0; c < C; ++c)
-                for (int v = 0; v < 4; ++v) {
-                    const int8x16_t act = a[c][j / 4];
-                    switch (j % 4) {
-                    case 0: sum[c][v] = vdotq_laneq_s32(sum[c][v], w[v], act, 0); break;
-                    case 1: sum[c][v] = vdotq_laneq_s32(sum[c][v], w[v], act, 1); break;
-                    case 2: sum[c][v] = vdotq_laneq_s32(sum[c][v], w[v], act, 2); break;
-                    default: sum[c][v] = vdotq_laneq_s32(sum[c][v], w[v], act, 3); break;
-                    }
-                }
-        };
-        if constexpr (Nibbles) {
-            for (int q = 0; q < 4; ++q) {
-                int8x16_t low[4], high[4];
-                for (int v = 0; v < 4; ++v) {
-                    const uint8x16_t packed = vld1q_u8(b + 64 * q + 16 * v);
-                    low[v] = vreinterpretq_s8_u8(vandq_u8(packed, vdupq_n_u8(0x0F)));
-                    high[v] = vreinterpretq_s8_u8(vshrq_n_u8(packed, 4));
-                }
-                if constexpr (Fifth) {
-                    uint64_t lo_mask, hi_mask;
-                    std::memcpy(&lo_mask, b + 256 + 8 * q, sizeof lo_mask);
-                    std::memcpy(&hi_mask, b + 256 + 8 * (q + 4), sizeof hi_mask);
-                    for (int v = 0; v < 4; ++v) {
-                        low[v] = vorrq_s8(low[v], fifth_bits(lo_mask, v));
-                        high[v] = vorrq_s8(high[v], fifth_bits(hi_mask, v));
-                    }
-                }
-                quad(q, low);
-                quad(q + 4, high);
-            }
-        } else {
-            for (int j = 0; j < 8; ++j) {
-                int8x16_t w[4];
-                for (int v = 0; v < 4; ++v)
-                    w[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 64 * j + 16 * v), vdupq_n_u8(0x80)));
-                quad(j, w);
-            }
-        }
-        const auto* halves = reinterpret_cast<const uint16_t*>(b + f.code_bytes());
-        for (int v = 0; v < 4; ++v) {
+        [&]<int... Q>(std::integer_sequence<int, Q...>) {
+            auto one = [&]<int J>() {
+                int8x16_t w[V];
+                quad_rows<Nibbles, Fifth, J, V>(b, v0, w);
+                for (int c = 0; c < C; ++c) quad_sums<J, V>(sum[c], w, a[c]);
+            };
+            (one.template operator()<Q>(), ...);
+        }(std::make_integer_sequence<int, 8>{});
+        const auto* halves = reinterpret_cast<const uint16_t*>(b + f.code_bytes()) + 4 * v0;
+        for (int v = 0; v < V; ++v) {
             const float32x4_t d = vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(halves + 4 * v)));
-            const float32x4_t m =
-                Affine ? vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(halves + 16 + 4 * v))) : vdupq_n_f32(0.0f);
             for (int c = 0; c < C; ++c) {
                 const int64_t at = c * nb + i;
                 acc[c][v] = vfmaq_f32(acc[c][v], vmulq_n_f32(d, x.scales[at]), vcvtq_f32_s32(sum[c][v]));
-                if constexpr (Affine) acc[c][v] = vfmaq_n_f32(acc[c][v], m, x.sums[at]);
+                if constexpr (Affine)
+                    acc[c][v] = vfmaq_n_f32(acc[c][v], vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(halves + 16 + 4 * v))),
+                                            x.sums[at]);
             }
         }
     }
+    // Rows past the weight's end are padding: only `rows` (counted from row 4 v0) are stored.
     for (int c = 0; c < C; ++c) {
-        float out[16];
-        for (int v = 0; v < 4; ++v) vst1q_f32(out + 4 * v, acc[c][v]);
-        std::copy(out, out + rows, y + c * y_stride);
+        float out[4 * V];
+        for (int v = 0; v < V; ++v) vst1q_f32(out + 4 * v, acc[c][v]);
+        std::copy(out, out + std::clamp<int64_t>(rows, 0, 4 * V), y + c * y_stride + 4 * v0);
     }
 }
 
@@ -104,18 +104,23 @@ template <bool Nibbles, bool Fifth, bool Affine>
 void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, const int32_t* starts, int64_t n_cols,
          float* y, int64_t y_stride) {
     const int64_t nb = w.k / 32, group_bytes = nb * RepackedFormat{Nibbles, Fifth, Affine, 0}.block_bytes();
+    auto from = [&](int64_t c) {
+        return Q8Columns{x.codes + c * nb * 32, x.scales + c * nb, x.sums + c * nb, nullptr, nb, nullptr};
+    };
     for (int64_t g = g0; g < g1; ++g) {
         const std::byte* group = w.data + g * group_bytes;
         const int64_t r0 = g * group_rows, rows = std::min(group_rows, w.m - r0);
         int64_t c = 0;
-        for (; c + 2 <= n_cols; c += 2) {
-            const Q8Columns cols{x.codes + c * nb * 32, x.scales + c * nb, x.sums + c * nb, nullptr, nb, nullptr};
-            group_dot<Nibbles, Fifth, Affine, 2>(group, nb, cols, starts + c * nb, y + c * y_stride + r0, y_stride, rows);
-        }
-        if (c < n_cols) {
-            const Q8Columns cols{x.codes + c * nb * 32, x.scales + c * nb, x.sums + c * nb, nullptr, nb, nullptr};
-            group_dot<Nibbles, Fifth, Affine, 1>(group, nb, cols, starts + c * nb, y + c * y_stride + r0, y_stride, rows);
-        }
+        for (; c + 4 <= n_cols; c += 4)
+            for (int half = 0; half < 2 && 8 * half < rows; ++half)
+                group_dot<Nibbles, Fifth, Affine, 2, 4>(group, nb, from(c), starts + c * nb, y + c * y_stride + r0,
+                                                        y_stride, 2 * half, rows - 8 * half);
+        for (; c + 2 <= n_cols; c += 2)
+            group_dot<Nibbles, Fifth, Affine, 4, 2>(group, nb, from(c), starts + c * nb, y + c * y_stride + r0, y_stride,
+                                                    0, rows);
+        if (c < n_cols)
+            group_dot<Nibbles, Fifth, Affine, 4, 1>(group, nb, from(c), starts + c * nb, y + c * y_stride + r0, y_stride,
+                                                    0, rows);
     }
 }
 
