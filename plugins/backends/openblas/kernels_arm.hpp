@@ -452,6 +452,76 @@ void round_f16(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = blocks::fp16_to_fp32(blocks::fp32_to_fp16(x[i]));
 }
 
+// Attention over an F16 pool for the query heads that share one KV head (Kernels::dots_f16, weighted_sum_f16):
+// each K or V row is converted once for up to four heads at a time, and every head's sums keep the one-row
+// loops' order, so the results are theirs bit for bit.
+template <int G>
+void dots_heads(const float* q, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n, float* scores) {
+    for (int64_t j = 0; j < count; ++j) {
+        const uint16_t* r = base + rows[j];
+        float32x4_t lo[G], hi[G];
+        for (int g = 0; g < G; ++g) lo[g] = hi[g] = vdupq_n_f32(0.0f);
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            const float32x4_t k_lo = load_halves(r + i), k_hi = load_halves(r + i + 4);
+            for (int g = 0; g < G; ++g) {
+                lo[g] = vfmaq_f32(lo[g], vld1q_f32(q + g * n + i), k_lo);
+                hi[g] = vfmaq_f32(hi[g], vld1q_f32(q + g * n + i + 4), k_hi);
+            }
+        }
+        for (int g = 0; g < G; ++g) {
+            float sum = reduce(lo[g], hi[g]);
+            for (int64_t t = i; t < n; ++t) sum += q[g * n + t] * blocks::fp16_to_fp32(r[t]);
+            scores[g * count + j] = sum;
+        }
+    }
+}
+
+void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
+              float* scores) {
+    int64_t h = 0;
+    for (; h + 4 <= heads; h += 4) dots_heads<4>(q + h * n, base, rows, count, n, scores + h * count);
+    for (; h + 2 <= heads; h += 2) dots_heads<2>(q + h * n, base, rows, count, n, scores + h * count);
+    for (; h < heads; ++h) dots_heads<1>(q + h * n, base, rows, count, n, scores + h * count);
+}
+
+template <int G>
+void sum_heads(const float* weights, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
+               float* out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t lo[G], hi[G];
+        for (int g = 0; g < G; ++g) lo[g] = hi[g] = vdupq_n_f32(0.0f);
+        for (int64_t j = 0; j < count; ++j) {
+            const uint16_t* r = base + rows[j] + i;
+            const float32x4_t v_lo = load_halves(r), v_hi = load_halves(r + 4);
+            for (int g = 0; g < G; ++g) {
+                const float w = weights[g * count + j];
+                lo[g] = vaddq_f32(lo[g], vmulq_n_f32(v_lo, w));
+                hi[g] = vaddq_f32(hi[g], vmulq_n_f32(v_hi, w));
+            }
+        }
+        for (int g = 0; g < G; ++g) {
+            vst1q_f32(out + g * n + i, lo[g]);
+            vst1q_f32(out + g * n + i + 4, hi[g]);
+        }
+    }
+    for (; i < n; ++i)
+        for (int g = 0; g < G; ++g) {
+            float sum = 0.0f;
+            for (int64_t j = 0; j < count; ++j) sum += weights[g * count + j] * blocks::fp16_to_fp32(base[rows[j] + i]);
+            out[g * n + i] = sum;
+        }
+}
+
+void weighted_sum_f16(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
+                      int64_t n, float* out) {
+    int64_t h = 0;
+    for (; h + 4 <= heads; h += 4) sum_heads<4>(weights + h * count, base, rows, count, n, out + h * n);
+    for (; h + 2 <= heads; h += 2) sum_heads<2>(weights + h * count, base, rows, count, n, out + h * n);
+    for (; h < heads; ++h) sum_heads<1>(weights + h * count, base, rows, count, n, out + h * n);
+}
+
 // The table for one feature level: `Products` forms the integer lanes, R x C is the tile of rows and columns of
 // the 32-element formats, KC the columns a K-quant block is decoded once for.
 template <class Products, int R, int C, int KC>
@@ -472,8 +542,8 @@ constexpr Kernels table(const char* isa) {
         round_f16,
         to_f16,
         nullptr,
-        nullptr,
-        nullptr,
+        dots_f16,
+        weighted_sum_f16,
     };
 }
 
