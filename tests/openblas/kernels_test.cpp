@@ -263,8 +263,9 @@ TEST(OpenblasKernels, ExpEqualsStdExpBitForBit) {
         }
         EXPECT_EQ(wrong, 0) << "of " << x.size();
     }
-#if defined(__x86_64__)
-    // This project's CI libm is glibc's, which the x86 tables follow: the vector path must be the one in use.
+#if defined(__x86_64__) || defined(__aarch64__)
+    // This project's CI libm is glibc's, which the x86 and ARM tables follow: the vector path must be the one in
+    // use.
     if (cellm::openblas::kernels().exp_f32 != nullptr) {
         EXPECT_NE(cellm::openblas::libm_exp(), nullptr);
     }

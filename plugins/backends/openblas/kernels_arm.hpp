@@ -18,6 +18,7 @@
 #include "blocks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -452,6 +453,50 @@ void round_f16(const float* x, float* y, int64_t n) {
     for (; i < n; ++i) y[i] = blocks::fp16_to_fp32(blocks::fp32_to_fp16(x[i]));
 }
 
+// expf as ARM64's glibc computes it (its table-driven expf, in double): x * 32 / ln 2 = k + r with k rounded to
+// the nearest integer, ties away from zero (glibc's aarch64 build rounds with FRINTA and FCVTAS), 2^(k/32) from a
+// table of 32 and the exponent bits of k, and a cubic in r, its steps fused as that build's compiler fuses them;
+// one rounding to float. Lanes outside |x| < 88 (overflow, underflow, inf, NaN) take std::exp. libm_exp() checks
+// at run time that this process's libm is that one.
+struct ExpTable {
+    uint64_t t[32];  // 2^(i / 32) as double bits, less i << 47 (the exponent k adds back)
+    ExpTable() {
+        for (int i = 0; i < 32; ++i)
+            t[i] = std::bit_cast<uint64_t>(static_cast<double>(exp2l(static_cast<long double>(i) / 32))) -
+                   (static_cast<uint64_t>(i) << 47);
+    }
+};
+
+float64x2_t exp_lanes(float64x2_t xd, const ExpTable& table) {
+    const float64x2_t z = vmulq_f64(vdupq_n_f64(0x1.71547652b82fep+0 * 32), xd);
+    const float64x2_t r = vsubq_f64(z, vrndaq_f64(z));
+    const int64x2_t ki = vcvtaq_s64_f64(z);
+    const uint64x2_t at = vandq_u64(vreinterpretq_u64_s64(ki), vdupq_n_u64(31));
+    const uint64x2_t t = vaddq_u64(vcombine_u64(vld1_u64(table.t + vgetq_lane_u64(at, 0)), vld1_u64(table.t + vgetq_lane_u64(at, 1))),
+                                   vshlq_n_u64(vreinterpretq_u64_s64(ki), 47));
+    const float64x2_t high = vfmaq_f64(vdupq_n_f64(0x1.ebfce50fac4f3p-3 / (32.0 * 32.0)),
+                                       vdupq_n_f64(0x1.c6af84b912394p-5 / (32.0 * 32.0 * 32.0)), r);
+    float64x2_t y = vfmaq_f64(vdupq_n_f64(1.0), vdupq_n_f64(0x1.62e42ff0c52d6p-1 / 32.0), r);
+    y = vfmaq_f64(y, high, vmulq_f64(r, r));
+    return vmulq_f64(y, vreinterpretq_f64_u64(t));
+}
+
+void exp_f32(const float* x, float* y, int64_t n) {
+    static const ExpTable table;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t v = vld1q_f32(x + i);
+        // NaN compares false, so it leaves with the large values.
+        if (vminvq_u32(vcaltq_f32(v, vdupq_n_f32(88.0f))) == 0) {
+            for (int j = 0; j < 4; ++j) y[i + j] = std::exp(x[i + j]);
+            continue;
+        }
+        const float32x2_t low = vcvt_f32_f64(exp_lanes(vcvt_f64_f32(vget_low_f32(v)), table));
+        vst1q_f32(y + i, vcvt_high_f32_f64(low, exp_lanes(vcvt_high_f64_f32(v), table)));
+    }
+    for (; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
 // Attention over an F16 pool for the query heads that share one KV head (Kernels::dots_f16, weighted_sum_f16):
 // each K or V row is converted once for up to four heads at a time, and every head's sums keep the one-row
 // loops' order, so the results are theirs bit for bit.
@@ -541,7 +586,7 @@ constexpr Kernels table(const char* isa) {
         axpy_f16,
         round_f16,
         to_f16,
-        nullptr,
+        exp_f32,
         dots_f16,
         weighted_sum_f16,
     };
