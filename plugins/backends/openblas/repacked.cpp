@@ -53,12 +53,19 @@ void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::b
             if (f.fifth_bits) {
                 uint32_t qh;
                 std::memcpy(&qh, block + s.qh_at, sizeof qh);
+#if defined(__aarch64__)
+                // ARM: byte 4r + t holds, in bit j, the fifth bit of row r's element 4j + t.
+                for (int t = 0; t < 4; ++t)
+                    for (int j = 0; j < 8; ++j)
+                        codes[256 + 4 * r + t] |= static_cast<uint8_t>(((qh >> (4 * j + t)) & 1u) << j);
+#else
                 for (int j = 0; j < 8; ++j) {
                     uint64_t mask;
                     std::memcpy(&mask, codes + 256 + 8 * j, sizeof mask);
                     mask |= uint64_t{(qh >> (4 * j)) & 0xFu} << (4 * r);
                     std::memcpy(codes + 256 + 8 * j, &mask, sizeof mask);
                 }
+#endif
             }
             std::memcpy(codes + f.code_bytes() + 2 * r, block, 2);
             if (f.affine) std::memcpy(codes + f.code_bytes() + 32 + 2 * r, block + s.m_at, 2);

@@ -13,14 +13,6 @@
 namespace cellm::openblas {
 namespace {
 
-// Rows 4v .. 4v + 3 of a quad's fifth bits (64-bit mask: bit 4r + t for row r's code t), as 16 per byte.
-int8x16_t fifth_bits(uint64_t mask, int v) {
-    const auto bits = static_cast<uint16_t>(mask >> (16 * v));
-    const uint8x16_t spread = vcombine_u8(vdup_n_u8(static_cast<uint8_t>(bits)), vdup_n_u8(static_cast<uint8_t>(bits >> 8)));
-    const uint8x16_t select = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    return vreinterpretq_s8_u8(vandq_u8(vtstq_u8(spread, select), vdupq_n_u8(16)));
-}
-
 // sum[v] += rows 4 (v0 + v) .. 4 (v0 + v) + 3 of quad J (w[v]) times quad J of the column's 32 codes (a[J / 4],
 // lane J % 4).
 template <int J, int V>
@@ -39,9 +31,13 @@ template <bool Nibbles, bool Fifth, int Q, int V>
             w[v] = vreinterpretq_s8_u8(Q < 4 ? vandq_u8(packed, vdupq_n_u8(0x0F)) : vshrq_n_u8(packed, 4));
         }
         if constexpr (Fifth) {
-            uint64_t mask;
-            std::memcpy(&mask, b + 256 + 8 * Q, sizeof mask);
-            for (int v = 0; v < V; ++v) w[v] = vorrq_s8(w[v], fifth_bits(mask, v0 + v));
+            // Bit Q of each byte moved to bit 4: the 16 to add where it is set.
+            for (int v = 0; v < V; ++v) {
+                uint8x16_t bits = vld1q_u8(b + 256 + 16 * (v0 + v));
+                if constexpr (Q < 4) bits = vshlq_n_u8(bits, 4 - Q);
+                if constexpr (Q > 4) bits = vshrq_n_u8(bits, Q - 4);
+                w[v] = vorrq_s8(w[v], vreinterpretq_s8_u8(vandq_u8(bits, vdupq_n_u8(16))));
+            }
         }
     } else {
         for (int v = 0; v < V; ++v)
