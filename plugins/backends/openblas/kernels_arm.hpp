@@ -21,6 +21,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace cellm::openblas::arm {
 namespace {
@@ -257,6 +258,14 @@ void quantize_q8_k(const float* x, int64_t n, int8_t* codes, float* scales, int1
 // multiplied by their 6- or 8-bit scale; a block's integers then add to the one integer the reference computes,
 // and only that meets the floats. The integers are exact in any order, so every level gives the same ones.
 
+// 16 in every byte of h whose bit J is set.
+template <int J>
+uint8x16_t sixteen_at(uint8x16_t h) {
+    if constexpr (J < 4) h = vshlq_n_u8(h, 4 - J);
+    if constexpr (J > 4) h = vshrq_n_u8(h, J - 4);
+    return vandq_u8(h, vdupq_n_u8(16));
+}
+
 // The scales of a block's sixteen runs of 16 (Q4_K and Q5_K repeat each sub-block's), and for Q4_K and Q5_K the
 // mins of its eight sub-blocks.
 struct KScales {
@@ -286,18 +295,22 @@ struct KAffine {
         }
         k.mins = vld1q_s16(mins);
     }
-    // Sub-block j's 32 codes: nibbles of qs[32 (j / 2) ..] (low for even j), and for Q5_K bit j of qh[0..31].
-    static Codes sub_block(const uint8_t* b, int j) {
-        const uint8_t* qs = b + (Bits == 5 ? 48 : 16) + 32 * (j / 2);
-        const uint8x16_t q0 = vld1q_u8(qs), q1 = vld1q_u8(qs + 16);
-        uint8x16_t lo = j % 2 == 0 ? vandq_u8(q0, vdupq_n_u8(0x0F)) : vshrq_n_u8(q0, 4);
-        uint8x16_t hi = j % 2 == 0 ? vandq_u8(q1, vdupq_n_u8(0x0F)) : vshrq_n_u8(q1, 4);
+    // Sub-blocks are decoded a pair at a time, the pair that shares qs[32 G .. 32 G + 31]: the low nibbles are
+    // sub-block 2G, the high ones 2G + 1; Q5_K's fifth bits are bits 2G and 2G + 1 of qh[0 .. 31].
+    static constexpr int group = 2;
+    template <int G>
+    static void decode(const uint8_t* b, Codes (&w)[group]) {
+        const uint8_t* qs = b + (Bits == 5 ? 48 : 16) + 32 * G;
+        const uint8x16_t q0 = vld1q_u8(qs), q1 = vld1q_u8(qs + 16), low4 = vdupq_n_u8(0x0F);
+        uint8x16_t c[2][2] = {{vandq_u8(q0, low4), vandq_u8(q1, low4)}, {vshrq_n_u8(q0, 4), vshrq_n_u8(q1, 4)}};
         if constexpr (Bits == 5) {
-            const uint8x16_t bit = vdupq_n_u8(static_cast<uint8_t>(1 << j)), sixteen = vdupq_n_u8(16);
-            lo = vorrq_u8(lo, vandq_u8(vtstq_u8(vld1q_u8(b + 16), bit), sixteen));
-            hi = vorrq_u8(hi, vandq_u8(vtstq_u8(vld1q_u8(b + 32), bit), sixteen));
+            const uint8x16_t h0 = vld1q_u8(b + 16), h1 = vld1q_u8(b + 32);
+            c[0][0] = vorrq_u8(c[0][0], sixteen_at<2 * G>(h0));
+            c[0][1] = vorrq_u8(c[0][1], sixteen_at<2 * G>(h1));
+            c[1][0] = vorrq_u8(c[1][0], sixteen_at<2 * G + 1>(h0));
+            c[1][1] = vorrq_u8(c[1][1], sixteen_at<2 * G + 1>(h1));
         }
-        return {vreinterpretq_s8_u8(lo), vreinterpretq_s8_u8(hi)};
+        for (int s = 0; s < 2; ++s) w[s] = {vreinterpretq_s8_u8(c[s][0]), vreinterpretq_s8_u8(c[s][1])};
     }
     static float d(const uint8_t* b) { return half(b); }
     static float dmin(const uint8_t* b) { return half(b + 2); }
@@ -312,18 +325,30 @@ struct Q6K {
         for (int j = 0; j < 16; ++j) k.run[j] = static_cast<int8_t>(b[192 + j]);
         k.mins = vdupq_n_s16(0);
     }
-    static Codes sub_block(const uint8_t* b, int j) {
-        const int h = j / 4, q = j % 4;
-        const uint8_t* ql = b + 64 * h + 32 * (q % 2);
-        const uint8_t* qh = b + 128 + 32 * h;
-        auto code = [&](int part) {
-            const uint8x16_t l = vld1q_u8(ql + 16 * part);
-            const uint8x16_t low = q < 2 ? vandq_u8(l, vdupq_n_u8(0x0F)) : vshrq_n_u8(l, 4);
-            const uint8x16_t high = vandq_u8(vshlq_u8(vld1q_u8(qh + 16 * part), vdupq_n_s8(static_cast<int8_t>(-2 * q))),
-                                             vdupq_n_u8(3));
-            return vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8(high, 4))), vdupq_n_s8(32));
-        };
-        return {code(0), code(1)};
+    // Sub-blocks are decoded a half at a time: half G's four share ql[64 G .. 64 G + 63] and qh[32 G .. 32 G + 31].
+    static constexpr int group = 4;
+    template <int G>
+    static void decode(const uint8_t* b, Codes (&w)[group]) {
+        const uint8_t* ql = b + 64 * G;
+        const uint8x16_t l[4] = {vld1q_u8(ql), vld1q_u8(ql + 16), vld1q_u8(ql + 32), vld1q_u8(ql + 48)};
+        const uint8x16_t h[2] = {vld1q_u8(b + 128 + 32 * G), vld1q_u8(b + 128 + 32 * G + 16)};
+        const uint8x16_t low4 = vdupq_n_u8(0x0F), top2 = vdupq_n_u8(0x30);
+        [&]<int... Q>(std::integer_sequence<int, Q...>) {
+            auto one = [&]<int q>() {
+                uint8x16_t c[2];
+                for (int part = 0; part < 2; ++part) {
+                    const uint8x16_t packed = l[2 * (q % 2) + part];
+                    const uint8x16_t low = q < 2 ? vandq_u8(packed, low4) : vshrq_n_u8(packed, 4);
+                    // Bits 2q, 2q + 1 of qh moved to bits 4, 5.
+                    uint8x16_t high = h[part];
+                    if constexpr (q < 2) high = vshlq_n_u8(high, 4 - 2 * q);
+                    if constexpr (q == 3) high = vshrq_n_u8(high, 2);
+                    c[part] = vorrq_u8(low, vandq_u8(high, top2));
+                }
+                w[q] = {vsubq_s8(vreinterpretq_s8_u8(c[0]), vdupq_n_s8(32)), vsubq_s8(vreinterpretq_s8_u8(c[1]), vdupq_n_s8(32))};
+            };
+            (one.template operator()<Q>(), ...);
+        }(std::make_integer_sequence<int, 4>{});
     }
     static float d(const uint8_t* b) { return half(b + 208); }
     static float dmin(const uint8_t*) { return 0.0f; }
@@ -345,7 +370,8 @@ float k_block(float acc, const uint8_t* b, int32_t scaled, int32_t min_sum, floa
     }
 }
 
-// One row against C columns: each sub-block is decoded once for the C columns.
+// One row against C columns: each sub-block is decoded once for the C columns (a pair or a half of them at a
+// time, so that they share their loads).
 template <class Products, class F, int C>
 void k_row(const uint8_t* row, const Q8KColumns& x, float* y, int64_t y_stride) {
     float acc[C] = {};
@@ -355,14 +381,21 @@ void k_row(const uint8_t* row, const Q8KColumns& x, float* y, int64_t y_stride) 
         F::scales(b, k);
         int32x4_t scaled[C];
         for (int c = 0; c < C; ++c) scaled[c] = vdupq_n_s32(0);
-        for (int j = 0; j < 8; ++j) {
-            const Codes w = F::sub_block(b, j);
-            for (int c = 0; c < C; ++c) {
-                const Codes a = load_codes(x.codes + (c * x.n_blocks + i) * 256 + 32 * j);
-                scaled[c] = vmlaq_n_s32(scaled[c], Products::quads(w.lo, a.lo), k.run[2 * j]);
-                scaled[c] = vmlaq_n_s32(scaled[c], Products::quads(w.hi, a.hi), k.run[2 * j + 1]);
-            }
-        }
+        [&]<int... G>(std::integer_sequence<int, G...>) {
+            auto one = [&]<int g>() {
+                Codes w[F::group];
+                F::template decode<g>(b, w);
+                for (int s = 0; s < F::group; ++s) {
+                    const int j = g * F::group + s;
+                    for (int c = 0; c < C; ++c) {
+                        const Codes a = load_codes(x.codes + (c * x.n_blocks + i) * 256 + 32 * j);
+                        scaled[c] = vmlaq_n_s32(scaled[c], Products::quads(w[s].lo, a.lo), k.run[2 * j]);
+                        scaled[c] = vmlaq_n_s32(scaled[c], Products::quads(w[s].hi, a.hi), k.run[2 * j + 1]);
+                    }
+                }
+            };
+            (one.template operator()<G>(), ...);
+        }(std::make_integer_sequence<int, 8 / F::group>{});
         for (int c = 0; c < C; ++c) {
             const int64_t block = c * x.n_blocks + i;
             const int32_t min_sum = F::affine ? min_products(k, x.sums + block * 16) : 0;

@@ -5,6 +5,8 @@
 // SDOT: blocks::dot_q8 defines their float lanes as sums of four, which SMMLA's sums of eight would merge.
 #include "kernels_arm.hpp"
 
+#include <utility>
+
 namespace cellm::openblas {
 namespace {
 
@@ -54,19 +56,30 @@ void pair_tile(const uint8_t* row0, const uint8_t* row1, const Q8KColumns& x, in
         F::scales(b1, k1);
         int32x4_t scaled[P];
         for (int p = 0; p < P; ++p) scaled[p] = vdupq_n_s32(0);
-        for (int j = 0; j < 8; ++j) {
-            const arm::Codes w0 = F::sub_block(b0, j), w1 = F::sub_block(b1, j);
-            const int8x16_t w[4] = {low_halves(w0.lo, w1.lo), high_halves(w0.lo, w1.lo), low_halves(w0.hi, w1.hi),
-                                    high_halves(w0.hi, w1.hi)};
-            const int32x4_t run_lo = {k0.run[2 * j], k0.run[2 * j], k1.run[2 * j], k1.run[2 * j]};
-            const int32x4_t run_hi = {k0.run[2 * j + 1], k0.run[2 * j + 1], k1.run[2 * j + 1], k1.run[2 * j + 1]};
-            for (int p = 0; p < P; ++p) {
-                const int8_t* a = packed + ((p0 + p) * 2 * nb + 2 * i) * 256 + 64 * j;
-                const int32x4_t lo = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), w[0], vld1q_s8(a)), w[1], vld1q_s8(a + 16));
-                const int32x4_t hi = vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), w[2], vld1q_s8(a + 32)), w[3], vld1q_s8(a + 48));
-                scaled[p] = vmlaq_s32(vmlaq_s32(scaled[p], lo, run_lo), hi, run_hi);
-            }
-        }
+        // A pair or a half of sub-blocks of both rows at a time (they share their loads).
+        [&]<int... G>(std::integer_sequence<int, G...>) {
+            auto one = [&]<int g>() {
+                arm::Codes d0[F::group], d1[F::group];
+                F::template decode<g>(b0, d0);
+                F::template decode<g>(b1, d1);
+                for (int s = 0; s < F::group; ++s) {
+                    const int j = g * F::group + s;
+                    const int8x16_t w[4] = {low_halves(d0[s].lo, d1[s].lo), high_halves(d0[s].lo, d1[s].lo),
+                                            low_halves(d0[s].hi, d1[s].hi), high_halves(d0[s].hi, d1[s].hi)};
+                    const int32x4_t run_lo = {k0.run[2 * j], k0.run[2 * j], k1.run[2 * j], k1.run[2 * j]};
+                    const int32x4_t run_hi = {k0.run[2 * j + 1], k0.run[2 * j + 1], k1.run[2 * j + 1], k1.run[2 * j + 1]};
+                    for (int p = 0; p < P; ++p) {
+                        const int8_t* a = packed + ((p0 + p) * 2 * nb + 2 * i) * 256 + 64 * j;
+                        const int32x4_t lo =
+                            vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), w[0], vld1q_s8(a)), w[1], vld1q_s8(a + 16));
+                        const int32x4_t hi =
+                            vmmlaq_s32(vmmlaq_s32(vdupq_n_s32(0), w[2], vld1q_s8(a + 32)), w[3], vld1q_s8(a + 48));
+                        scaled[p] = vmlaq_s32(vmlaq_s32(scaled[p], lo, run_lo), hi, run_hi);
+                    }
+                }
+            };
+            (one.template operator()<G>(), ...);
+        }(std::make_integer_sequence<int, 8 / F::group>{});
         const float32x4_t d = {F::d(b0), F::d(b0), F::d(b1), F::d(b1)};
         for (int p = 0; p < P; ++p) {
             const int64_t c0 = 2 * (p0 + p);
