@@ -173,14 +173,17 @@ void dequantize(const void* row, float* out, int64_t n_blocks) {
     const auto* b = static_cast<const uint8_t*>(row);
     for (int64_t i = 0; i < n_blocks; ++i, b += F::bytes, out += 32) {
         const Codes q = F::codes(b);
-        const float32x4_t d = vdupq_n_f32(half(b)), m = vdupq_n_f32(F::affine ? half(b + 2) : 0.0f);
+        const float32x4_t d = vdupq_n_f32(half(b));
         const int8x16_t halves[2] = {q.lo, q.hi};
         for (int h = 0; h < 2; ++h) {
             const int16x8_t wide[2] = {vmovl_s8(vget_low_s8(halves[h])), vmovl_high_s8(halves[h])};
             for (int p = 0; p < 4; ++p) {
                 const int32x4_t v = p % 2 == 0 ? vmovl_s16(vget_low_s16(wide[p / 2])) : vmovl_high_s16(wide[p / 2]);
-                // Multiply, then add: the reference rounds twice (and adds +0.0 for the symmetric formats).
-                vst1q_f32(out + 16 * h + 4 * p, vaddq_f32(vmulq_f32(vcvtq_f32_s32(v), d), m));
+                // Multiply, then add the min: the reference rounds twice (and adds nothing for the symmetric
+                // formats, so a -0 stays -0).
+                float32x4_t value = vmulq_f32(vcvtq_f32_s32(v), d);
+                if constexpr (F::affine) value = vaddq_f32(value, vdupq_n_f32(half(b + 2)));
+                vst1q_f32(out + 16 * h + 4 * p, value);
             }
         }
     }
