@@ -25,7 +25,9 @@ CPU model is shown in the table.
 
     scripts/arm64/count_instructions.py OUT.md [--quick] [--cellm-build /tmp/b-arm] [--cpu cortex-a76 ...]
 Needs: scripts/arm64/build_qemu_plugin.sh, build_llamacpp.sh, make_models.sh run first, and a cellm aarch64
-build. Raw counts go to OUT.md.json.
+build. Raw counts go to OUT.md.json, a row as soon as it is measured; --resume measures only the rows missing
+there. The cellm programs are copied (into a folder of this run's) before the first run, so that a rebuild of
+the build folder meanwhile changes no row.
 """
 import argparse
 import json
@@ -35,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -76,11 +79,10 @@ def count(cpu, plugin, argv, timeout):
         return int(fields["insns"]), busy, seconds, p.stderr
 
 
-def snapshot_cellm(build):
-    """Copies the cellm programs of a build folder that may be rebuilt meanwhile; returns the copy's bin folder
-    and when its backend plugin was built."""
-    src, dst = build / "bin", CACHE / "cellm-arm64-snapshot/bin"
-    shutil.rmtree(dst.parent, ignore_errors=True)
+def snapshot_cellm(build, into):
+    """Copies the cellm programs of a build folder, which may be rebuilt meanwhile, into a folder of this run's;
+    returns the copy's bin folder and when its backend plugin was built."""
+    src, dst = build / "bin", into / "bin"
     (dst / "plugins").mkdir(parents=True)
     for f in [src / "cellm-host", *src.glob("libcellm.so*"), *(src / "plugins").glob("cellm-*.so")]:
         shutil.copy2(f, dst / f.relative_to(src), follow_symlinks=True)
@@ -164,6 +166,7 @@ def main():
     ap.add_argument("--n2", type=int, default=20)
     ap.add_argument("--jobs", type=int, default=1, help="qemu processes at once (each one thread)")
     ap.add_argument("--timeout", type=int, default=3600, help="seconds per process")
+    ap.add_argument("--resume", action="store_true", help="keep the rows OUT.md.json holds for the same settings")
     args = ap.parse_args()
 
     cpus = args.cpu or (["cortex-a76"] if args.quick else CPUS)
@@ -180,21 +183,39 @@ def main():
     if missing:
         sys.exit("count_instructions.py: missing " + ", ".join(missing) + " (see the build scripts in scripts/arm64/)")
 
-    if any(e.startswith("cellm") for e in engines):
-        args.cellm_bin, built = snapshot_cellm(args.cellm_build)
-    jobs = [(m, c, e) for m in models for c in cpus for e in engines]
-    start = time.monotonic()
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(lambda j: measure(j, args), jobs))
-    elapsed = time.monotonic() - start
-    text = table(rows, args) + f"\n{len(jobs) * 3} qemu runs, {elapsed / 60:.1f} min wall ({args.jobs} at once)."
-    if any(e.startswith("cellm") for e in engines):
-        text += f" cellm: {args.cellm_build} (openblas plugin built {built})."
-    text += "\n"
-    args.out.write_text(text)
-    Path(str(args.out) + ".json").write_text(json.dumps(rows, indent=1))
-    print(text)
+    results = Path(str(args.out) + ".json")
+    settings = {"p1": args.p1, "p2": args.p2, "n1": args.n1, "n2": args.n2}
+    with tempfile.TemporaryDirectory(prefix="cellm-arm64-", dir=CACHE) as snapshot:
+        built = ""
+        if any(e.startswith("cellm") for e in engines):
+            args.cellm_bin, built = snapshot_cellm(args.cellm_build, Path(snapshot))
+        settings["cellm_build"] = f"{args.cellm_build} (openblas plugin built {built})" if built else ""
+        # Each row is saved as soon as it is measured, beside the saved rows of other models, CPUs or engines;
+        # --resume reuses the saved rows of the same settings (for cellm, the same build).
+        saved = {(r["file"], r["cpu"], r["engine"]): r
+                 for r in (json.loads(results.read_text()) if args.resume and results.exists() else [])}
+        reusable = {k for k, r in saved.items()
+                    if all(r.get(name) == v for name, v in settings.items()
+                           if name != "cellm_build" or r["engine"] != "llama.cpp")}
+        jobs = [(m, c, e) for m in models for c in cpus for e in engines if (str(m), c, e) not in reusable]
+        lock = threading.Lock()
 
+        def run(job):
+            row = {**measure(job, args), **settings}
+            with lock:
+                saved[(row["file"], row["cpu"], row["engine"])] = row
+                results.write_text(json.dumps(list(saved.values()), indent=1))
+            return row
+
+        start = time.monotonic()
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(run, jobs))
+        elapsed = time.monotonic() - start
+    rows = [saved[(str(m), c, e)] for m in models for c in cpus for e in engines]
+    text = table(rows, args) + f"\n{len(jobs) * 3} qemu runs, {elapsed / 60:.1f} min wall ({args.jobs} at once)"
+    text += f"; cellm: {settings['cellm_build']}.\n" if settings["cellm_build"] else ".\n"
+    args.out.write_text(text)
+    print(text)
 
 if __name__ == "__main__":
     main()
