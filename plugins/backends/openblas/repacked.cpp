@@ -47,8 +47,16 @@ void repack_group(const cpu::Node& w, const RepackedFormat& f, int64_t g, std::b
             if (f.nibbles) {
                 for (int q = 0; q < 4; ++q) std::memcpy(codes + q * 64 + r * 4, block + s.qs_at + 4 * q, 4);
             } else {
+                // x86's VNNI multiplies unsigned by signed bytes, so the codes move up by 128 (the starts take it
+                // back); ARM's SDOT multiplies signed bytes, so they stay as stored.
+#if defined(__aarch64__)
+                constexpr int code_bias = 0;
+#else
+                constexpr int code_bias = 128;
+#endif
                 for (int e = 0; e < 32; ++e)
-                    codes[e / 4 * 64 + r * 4 + e % 4] = static_cast<uint8_t>(static_cast<int8_t>(block[s.qs_at + e]) + 128);
+                    codes[e / 4 * 64 + r * 4 + e % 4] =
+                        static_cast<uint8_t>(static_cast<int8_t>(block[s.qs_at + e]) + code_bias);
             }
             if (f.fifth_bits) {
                 uint32_t qh;

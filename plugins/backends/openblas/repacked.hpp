@@ -11,7 +11,7 @@
 //   64 bytes: on x86 eight 64-bit masks (mask j: bit 4r + t is the fifth bit of row r's element 4j + t), as
 //   AVX-512's mask registers take them, on ARM 64 bytes of eight bits (byte 4r + t: bit j is that same bit),
 //   which a shift and an AND turn into a register of the 16s to add; for Q8_0 eight chunks of 64 bytes (chunk j:
-//   row r's codes 4j .. 4j + 3 plus 128, as unsigned bytes);
+//   row r's codes 4j .. 4j + 3, plus 128 as unsigned bytes on x86, as stored on ARM);
 // - d: the 16 rows' fp16 scales as stored; m: their fp16 mins (Q4_1, Q5_1).
 // Every format keeps its stored size.
 //

@@ -21,7 +21,7 @@ template <int J, int V>
 }
 
 // Registers v0 .. v0 + V - 1 of rows of quad Q (Q < 4: chunk Q's low nibbles; Q >= 4: chunk Q - 4's high
-// ones, each with its fifth bits), or of Q8_0's chunk Q as signed bytes.
+// ones, each with its fifth bits), or of Q8_0's chunk Q.
 template <bool Nibbles, bool Fifth, int Q, int V>
 [[gnu::always_inline]] inline void quad_rows(const uint8_t* b, int v0, int8x16_t (&w)[V]) {
     if constexpr (Nibbles) {
@@ -40,8 +40,7 @@ template <bool Nibbles, bool Fifth, int Q, int V>
             }
         }
     } else {
-        for (int v = 0; v < V; ++v)
-            w[v] = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(b + 64 * Q + 16 * (v0 + v)), vdupq_n_u8(0x80)));
+        for (int v = 0; v < V; ++v) w[v] = vld1q_s8(reinterpret_cast<const int8_t*>(b + 64 * Q + 16 * (v0 + v)));
     }
 }
 
@@ -64,7 +63,7 @@ void group_dot(const std::byte* group, int64_t nb, const Q8Columns& x, const int
             const int8_t* codes = x.codes + (c * nb + i) * 32;
             a[c][0] = vld1q_s8(codes);
             a[c][1] = vld1q_s8(codes + 16);
-            // Q8_0's codes go back to signed bytes (quad_rows), so its sums need no start.
+            // ARM's repacked Q8_0 codes are signed as stored (repacked.cpp), so its sums need no start.
             const int32x4_t start = vdupq_n_s32(Nibbles && !Affine ? starts[c * nb + i] : 0);
             for (int v = 0; v < V; ++v) sum[c][v] = start;
         }
