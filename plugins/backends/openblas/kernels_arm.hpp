@@ -558,12 +558,18 @@ void dots_heads(const float* q, const uint16_t* base, const int64_t* rows, int64
     }
 }
 
+// Calls f.template operator()<G>(h) for heads h .. h + G - 1, G = 4 while four are left, then 2, then 1.
+template <class F>
+void by_head_chunks(int64_t heads, F&& f) {
+    int64_t h = 0;
+    for (; h + 4 <= heads; h += 4) f.template operator()<4>(h);
+    for (; h + 2 <= heads; h += 2) f.template operator()<2>(h);
+    for (; h < heads; ++h) f.template operator()<1>(h);
+}
+
 void dots_f16(const float* q, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count, int64_t n,
               float* scores) {
-    int64_t h = 0;
-    for (; h + 4 <= heads; h += 4) dots_heads<4>(q + h * n, base, rows, count, n, scores + h * count);
-    for (; h + 2 <= heads; h += 2) dots_heads<2>(q + h * n, base, rows, count, n, scores + h * count);
-    for (; h < heads; ++h) dots_heads<1>(q + h * n, base, rows, count, n, scores + h * count);
+    by_head_chunks(heads, [&]<int G>(int64_t h) { dots_heads<G>(q + h * n, base, rows, count, n, scores + h * count); });
 }
 
 template <int G>
@@ -597,10 +603,7 @@ void sum_heads(const float* weights, const uint16_t* base, const int64_t* rows, 
 
 void weighted_sum_f16(const float* weights, int64_t heads, const uint16_t* base, const int64_t* rows, int64_t count,
                       int64_t n, float* out) {
-    int64_t h = 0;
-    for (; h + 4 <= heads; h += 4) sum_heads<4>(weights + h * count, base, rows, count, n, out + h * n);
-    for (; h + 2 <= heads; h += 2) sum_heads<2>(weights + h * count, base, rows, count, n, out + h * n);
-    for (; h < heads; ++h) sum_heads<1>(weights + h * count, base, rows, count, n, out + h * n);
+    by_head_chunks(heads, [&]<int G>(int64_t h) { sum_heads<G>(weights + h * count, base, rows, count, n, out + h * n); });
 }
 
 // The table for one feature level: `Products` forms the integer lanes, R x C is the tile of rows and columns of
