@@ -68,6 +68,19 @@ struct RepackedWeight {
 using RepackedDot = void (*)(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x,
                              const int32_t* starts, int64_t n_cols, float* y, int64_t y_stride);
 
+// Calls f.template operator()<Nibbles, Fifth, Affine>() with a repacked weight type's RepackedFormat fields as
+// constants (Q8_0 for any type without a repacked format): the kernels' one dispatch on the type.
+template <class F>
+void with_repacked_format(cellm_dtype type, F&& f) {
+    switch (type) {
+    case CELLM_TYPE_Q4_0: f.template operator()<true, false, false>(); break;
+    case CELLM_TYPE_Q4_1: f.template operator()<true, false, true>(); break;
+    case CELLM_TYPE_Q5_0: f.template operator()<true, true, false>(); break;
+    case CELLM_TYPE_Q5_1: f.template operator()<true, true, true>(); break;
+    default: f.template operator()<false, false, false>(); break;  // Q8_0
+    }
+}
+
 // The AVX-512 VNNI kernel (repacked_avx512.cpp) or the ARM SDOT one (repacked_dotprod.cpp), or nullptr when this
 // CPU (or build) has neither.
 RepackedDot repacked_dot();

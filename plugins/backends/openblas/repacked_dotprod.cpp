@@ -121,13 +121,9 @@ void dot(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, co
 
 void dot_any(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x, const int32_t* starts,
              int64_t n_cols, float* y, int64_t y_stride) {
-    switch (w.type) {
-    case CELLM_TYPE_Q4_0: dot<true, false, false>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
-    case CELLM_TYPE_Q4_1: dot<true, false, true>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
-    case CELLM_TYPE_Q5_0: dot<true, true, false>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
-    case CELLM_TYPE_Q5_1: dot<true, true, true>(w, g0, g1, x, starts, n_cols, y, y_stride); break;
-    default: dot<false, false, false>(w, g0, g1, x, starts, n_cols, y, y_stride); break;  // Q8_0
-    }
+    with_repacked_format(w.type, [&]<bool Nibbles, bool Fifth, bool Affine>() {
+        dot<Nibbles, Fifth, Affine>(w, g0, g1, x, starts, n_cols, y, y_stride);
+    });
 }
 
 }  // namespace
