@@ -430,29 +430,27 @@ void k_rows_dot(const void* rows, uint64_t row_bytes, int64_t n_rows, const Q8KC
 float32x4_t load_halves(const uint16_t* h) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h))); }
 
 // cpu::dot_in_lanes: eight fused lanes as two vectors, reduced in its order, the tail multiplied and added one by
-// one.
-float dot_f32(const float* a, const float* b, int64_t n) {
+// one. `four(i)` loads b[i .. i + 3] as floats, `one(i)` b[i].
+template <class Four, class One>
+float dot_lanes(const float* a, Four four, One one, int64_t n) {
     float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        lo = vfmaq_f32(lo, vld1q_f32(a + i), vld1q_f32(b + i));
-        hi = vfmaq_f32(hi, vld1q_f32(a + i + 4), vld1q_f32(b + i + 4));
+        lo = vfmaq_f32(lo, vld1q_f32(a + i), four(i));
+        hi = vfmaq_f32(hi, vld1q_f32(a + i + 4), four(i + 4));
     }
     float sum = reduce(lo, hi);
-    for (; i < n; ++i) sum += a[i] * b[i];
+    for (; i < n; ++i) sum += a[i] * one(i);
     return sum;
 }
 
+float dot_f32(const float* a, const float* b, int64_t n) {
+    return dot_lanes(a, [b](int64_t i) { return vld1q_f32(b + i); }, [b](int64_t i) { return b[i]; }, n);
+}
+
 float dot_f16(const float* a, const uint16_t* b, int64_t n) {
-    float32x4_t lo = vdupq_n_f32(0.0f), hi = vdupq_n_f32(0.0f);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        lo = vfmaq_f32(lo, vld1q_f32(a + i), load_halves(b + i));
-        hi = vfmaq_f32(hi, vld1q_f32(a + i + 4), load_halves(b + i + 4));
-    }
-    float sum = reduce(lo, hi);
-    for (; i < n; ++i) sum += a[i] * blocks::fp16_to_fp32(b[i]);
-    return sum;
+    return dot_lanes(a, [b](int64_t i) { return load_halves(b + i); },
+                     [b](int64_t i) { return blocks::fp16_to_fp32(b[i]); }, n);
 }
 
 // y += a x as a multiply, then an add.
