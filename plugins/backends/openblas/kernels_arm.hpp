@@ -11,6 +11,7 @@
 // blocks::dot_q8's order, so every table is bit-equal to the reference.
 #pragma once
 
+#include "exp_table.hpp"
 #include "kernels.hpp"
 
 #include <arm_neon.h>
@@ -492,15 +493,6 @@ void round_f16(const float* x, float* y, int64_t n) {
 // table of 32 and the exponent bits of k, and a cubic in r, its steps fused as that build's compiler fuses them;
 // one rounding to float. Lanes outside |x| < 88 (overflow, underflow, inf, NaN) take std::exp. libm_exp() checks
 // at run time that this process's libm is that one.
-struct ExpTable {
-    uint64_t t[32];  // 2^(i / 32) as double bits, less i << 47 (the exponent k adds back)
-    ExpTable() {
-        for (int i = 0; i < 32; ++i)
-            t[i] = std::bit_cast<uint64_t>(static_cast<double>(exp2l(static_cast<long double>(i) / 32))) -
-                   (static_cast<uint64_t>(i) << 47);
-    }
-};
-
 float64x2_t exp_lanes(float64x2_t xd, const ExpTable& table) {
     const float64x2_t z = vmulq_f64(vdupq_n_f64(0x1.71547652b82fep+0 * 32), xd);
     const float64x2_t r = vsubq_f64(z, vrndaq_f64(z));

@@ -11,6 +11,7 @@
 // integers.
 #pragma once
 
+#include "exp_table.hpp"
 #include "kernels.hpp"
 
 #include <immintrin.h>
@@ -335,15 +336,6 @@ void to_f16(const float* x, uint16_t* y, int64_t n) {
 // one rounding to float. The FMA build glibc picks on these CPUs fuses the cubic's steps as below. Equal to
 // std::exp bit for bit on every float of magnitude below 88 (checked on all of them); the others (overflow,
 // underflow, inf, NaN) take std::exp. libm_exp() checks the libm at run time.
-struct ExpTable {
-    uint64_t t[32];  // 2^(i / 32) as double bits, less i << 47 (the exponent k adds back)
-    ExpTable() {
-        for (int i = 0; i < 32; ++i)
-            t[i] = std::bit_cast<uint64_t>(static_cast<double>(exp2l(static_cast<long double>(i) / 32))) -
-                   (static_cast<uint64_t>(i) << 47);
-    }
-};
-
 __m256d exp_lanes(__m128 x, const ExpTable& table) {
     const __m256d shift = _mm256_set1_pd(0x1.8p+52), inv_ln2_n = _mm256_set1_pd(0x1.71547652b82fep+0 * 32);
     const __m256d xd = _mm256_cvtps_pd(x);
