@@ -410,6 +410,18 @@ Manifest load_manifest(const std::filesystem::path& file) {
     return parse_manifest(text.str(), file);
 }
 
+Manifest manifest_for_model(const std::filesystem::path& model) {
+    Manifest manifest;
+    manifest.source = model;
+    manifest.model.path = fs::absolute(model).lexically_normal();
+    manifest.backend.name.clear();
+    manifest.backend.threads = physical_core_count();
+    manifest.backend.options = {{"threads", std::to_string(manifest.backend.threads)}, {"precision", "fast"}};
+    manifest.generation.sampling.seed = random_seed();
+    manifest.sampling_from_model = true;
+    return manifest;
+}
+
 // Counts distinct (package, core) pairs among the CPUs this process may run on; falls back to the logical count.
 int32_t physical_core_count() {
     cpu_set_t allowed;

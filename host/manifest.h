@@ -23,7 +23,7 @@ struct ModelConfig {
 };
 
 struct BackendConfig {
-    std::string name = "scalar";
+    std::string name = "scalar";  // empty: the fastest CPU backend found (Runtime::pick_backend)
     int32_t threads = 1;  // defaults to the machine's physical cores
     // Every [backend] key except name, as text, for the backend's create(); always holds "threads".
     std::map<std::string, std::string> options;
@@ -83,6 +83,8 @@ struct Manifest {
     PolicyConfig policy;
     std::vector<SessionConfig> sessions;
     std::vector<std::filesystem::path> plugin_paths;  // resolved like model.path, in manifest order
+    // Set for manifest_for_model: the model file's own general.sampling.* keys replace the [sampling] defaults.
+    bool sampling_from_model = false;
 };
 
 // Reads and validates a manifest file. Throws cellm::Error with one line naming file, position and key.
@@ -90,6 +92,12 @@ Manifest load_manifest(const std::filesystem::path& file);
 
 // Validates manifest text; `source` names it in errors and anchors relative paths (its parent folder).
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& source);
+
+// What a model file alone runs with (`cellm-host run --model FILE`, the SDK without a manifest), as llama.cpp and
+// Ollama open a file: format and arch from the file, the fastest CPU backend found, fast precision, every
+// physical core, the model's own chat template, its general.sampling.* defaults where the file has them and
+// [sampling]'s defaults (llama.cpp's) elsewhere, plugins from the default folders.
+Manifest manifest_for_model(const std::filesystem::path& model);
 
 // The number of physical CPU cores (hyper-threads counted once), at least 1.
 int32_t physical_core_count();

@@ -21,15 +21,31 @@ cellm_dtype kv_type(const std::string& name) {
     throw Error("unknown KV type '" + name + "' (expected f32, f16 or q8)");
 }
 
+namespace {
+
+// For a manifest without a backend name (a model file alone): the fastest CPU backend found. Vulkan is only
+// taken when asked for: where the only Vulkan device is a CPU one (lavapipe) it is slower than openblas.
+const Plugin& fastest_cpu_backend(const PluginRegistry& registry) {
+    for (const char* name : {"openblas", "scalar"}) {
+        if (const Plugin* plugin = registry.find(CELLM_PLUGIN_BACKEND, name)) return *plugin;
+    }
+    throw Error("no CPU backend plugin found (backend plugins: " + registry.names(CELLM_PLUGIN_BACKEND) + ")");
+}
+
+}  // namespace
+
 Runtime::Runtime(const Manifest& manifest, int32_t max_sequences) : manifest_(manifest) {
     registry_.discover(manifest.plugin_paths);
     model_ = Model::load(registry_, manifest.model.path, manifest.model.format, manifest.model.arch,
                          manifest.model.mmproj);
-    const Plugin* backend = registry_.find(CELLM_PLUGIN_BACKEND, manifest.backend.name);
+    const Plugin* backend = manifest.backend.name.empty()
+                                ? &fastest_cpu_backend(registry_)
+                                : registry_.find(CELLM_PLUGIN_BACKEND, manifest.backend.name);
     if (backend == nullptr) {
         throw Error("unknown backend '" + manifest.backend.name + "' (backend plugins: " +
                     registry_.names(CELLM_PLUGIN_BACKEND) + ")");
     }
+    manifest_.backend.name = backend->name();
     backend_ = std::make_unique<Backend>(*backend, backend_options(manifest.backend));
     EngineOptions options;
     options.context_length = manifest.context.length;

@@ -33,7 +33,8 @@ Command add_chat(CLI::App& app) {
         cellm_engine_info info{};
         info.struct_size = sizeof(info);
         check(cellm_engine_get_info(engine.get(), &info));
-        auto settings = session_settings(manifest.generation, 1);
+        auto settings = manifest.sampling_from_model ? engine_session_settings(engine.get(), *o, 1)
+                                                     : session_settings(manifest.generation, 1);
         settings->options.name = "chat";
         settings->options.on_event = print_text;
         cellm_session* raw = nullptr;

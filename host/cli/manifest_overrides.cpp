@@ -5,8 +5,10 @@
 namespace cellm::cli {
 
 void ManifestOverrides::add_to(CLI::App& app) {
-    app.add_option("--manifest", manifest, "TOML manifest that wires model, backend and sampling")->required();
-    app.add_option("--model", model, "Model file (overrides [model].path)");
+    app.add_option("--manifest", manifest,
+                   "TOML manifest that wires model, backend and sampling (without it, --model alone runs with the "
+                   "file's own settings and the fastest CPU backend)");
+    app.add_option("--model", model, "Model file or folder (overrides [model].path)");
     app.add_option("--mmproj", mmproj, "llama.cpp mmproj file of the model's vision tower (overrides [model].mmproj)");
     app.add_option("--backend", backend, "Backend plugin name (overrides [backend].name)");
     app.add_option("--threads", threads, "Backend threads (overrides [backend].threads)")->check(CLI::PositiveNumber);
@@ -21,8 +23,9 @@ void ManifestOverrides::add_to(CLI::App& app) {
 }
 
 Manifest ManifestOverrides::load() const {
-    Manifest m = load_manifest(manifest);
-    if (model) {
+    if (manifest.empty() && !model) throw Error("give --model FILE (a model file or folder), or --manifest FILE");
+    Manifest m = manifest.empty() ? manifest_for_model(*model) : load_manifest(manifest);
+    if (model && !manifest.empty()) {
         m.model.path = *model;
         m.model.format.clear();  // the manifest's format, arch and mmproj described its own model
         m.model.arch.clear();

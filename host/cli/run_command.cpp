@@ -97,6 +97,24 @@ Outcome outcome_of(cellm_session* session, const std::string& name) {
     return o;
 }
 
+// One turn in --json, the same shape for a single prompt and for each [[session]], named as the SDK names
+// them: `tokens` are the generated ids (cellm_session_get_tokens), the counts come from cellm_session_stats.
+nlohmann::json outcome_json(const Outcome& o) {
+    const cellm_session_stats& r = o.stats;
+    return {{"name", o.name},
+            {"text", o.text},
+            {"tokens", o.tokens},
+            {"prompt_tokens", r.prompt_tokens},
+            {"cached_tokens", r.cached_tokens},
+            {"generated_tokens", r.generated_tokens},
+            {"preemptions", r.preemptions},
+            {"ttft_ms", r.ttft_ms},
+            {"prefill_tok_s", r.prefill_tok_s},
+            {"decode_tok_s", r.decode_tok_s},
+            {"finish_reason", cellm_finish_reason_name(r.finish_reason)},
+            {"error", o.error}};
+}
+
 // The summary line of one session, on stderr so stdout keeps only generated text.
 void print_summary(const Outcome& o) {
     const cellm_session_stats& r = o.stats;
@@ -134,7 +152,9 @@ Command add_run(CLI::App& app) {
         for (const std::string& path : o->images) image_bytes.push_back(read_file(path));
         for (const std::vector<char>& bytes : image_bytes) images.push_back({bytes.data(), bytes.size()});
         if (!single && manifest.sessions.empty()) {
-            throw cellm::Error("nothing to run: give --prompt, or [[session]] entries in the manifest");
+            throw cellm::Error(o->manifest.manifest.empty()
+                                   ? "nothing to run: give --prompt"
+                                   : "nothing to run: give --prompt, or [[session]] entries in the manifest");
         }
         if (single) {
             SessionConfig s;
@@ -155,7 +175,8 @@ Command add_run(CLI::App& app) {
         std::vector<SessionPtr> sessions;
         for (size_t i = 0; i < manifest.sessions.size(); ++i) {
             const SessionConfig& s = manifest.sessions[i];
-            auto settings = session_settings(s.generation, s.priority);
+            auto settings = manifest.sampling_from_model ? engine_session_settings(engine.get(), o->manifest, s.priority)
+                                                         : session_settings(s.generation, s.priority);
             settings->options.name = s.name.c_str();
             if (!o->json) {
                 listeners[i] = {single ? nullptr : &output, s.name};
@@ -195,16 +216,10 @@ Command add_run(CLI::App& app) {
         if (single) {
             const Outcome& r = outcomes[0];
             if (o->json) {
-                dump({{"text", r.text},
-                      {"tokens", r.tokens},
-                      {"prompt_tokens", r.stats.prompt_tokens},
-                      {"generated_tokens", r.tokens.size()},
-                      {"ttft_ms", r.stats.ttft_ms},
-                      {"prefill_tok_s", r.stats.prefill_tok_s},
-                      {"decode_tok_s", r.stats.decode_tok_s},
-                      {"finish_reason", cellm_finish_reason_name(r.stats.finish_reason)},
-                      {"backend", info.backend},
-                      {"model", info.model_path}});
+                nlohmann::json out = outcome_json(r);
+                out["backend"] = info.backend;
+                out["model"] = info.model_path;
+                dump(out);
             } else {
                 std::fprintf(stderr, "\n\n");
                 print_summary(r);
@@ -215,19 +230,7 @@ Command add_run(CLI::App& app) {
 
         if (o->json) {
             nlohmann::json list = nlohmann::json::array();
-            for (const Outcome& r : outcomes) {
-                list.push_back({{"name", r.name},
-                                {"text", r.text},
-                                {"tokens", r.tokens.size()},
-                                {"token_ids", r.tokens},
-                                {"prompt_tokens", r.stats.prompt_tokens},
-                                {"cached_tokens", r.stats.cached_tokens},
-                                {"ttft_ms", r.stats.ttft_ms},
-                                {"decode_tok_s", r.stats.decode_tok_s},
-                                {"preemptions", r.stats.preemptions},
-                                {"finish_reason", cellm_finish_reason_name(r.stats.finish_reason)},
-                                {"error", r.error}});
-            }
+            for (const Outcome& r : outcomes) list.push_back(outcome_json(r));
             dump({{"sessions", list},
                   {"kv",
                    {{"blocks", stats.kv_blocks},

@@ -11,7 +11,7 @@ void check(cellm_result result) {
 EnginePtr open_engine(const ManifestOverrides& flags, int32_t max_sessions) {
     cellm_engine_options options;
     cellm_engine_options_init(&options);
-    options.manifest_path = flags.manifest.c_str();
+    if (!flags.manifest.empty()) options.manifest_path = flags.manifest.c_str();
     if (flags.model) options.model_path = flags.model->c_str();
     if (flags.mmproj) options.mmproj_path = flags.mmproj->c_str();
     if (flags.backend) options.backend = flags.backend->c_str();
@@ -22,6 +22,20 @@ EnginePtr open_engine(const ManifestOverrides& flags, int32_t max_sessions) {
     cellm_engine* engine = nullptr;
     check(cellm_engine_open(&options, &engine));
     return EnginePtr(engine);
+}
+
+std::unique_ptr<SessionSettings> engine_session_settings(cellm_engine* engine, const ManifestOverrides& flags,
+                                                         int32_t priority) {
+    auto s = std::make_unique<SessionSettings>();
+    cellm_session_options& o = s->options;
+    o = {};
+    o.struct_size = sizeof(o);
+    check(cellm_session_options_init(engine, &o));
+    if (flags.temperature) o.temperature = *flags.temperature;
+    if (flags.seed) o.seed = *flags.seed;
+    if (flags.max_tokens) o.max_tokens = *flags.max_tokens;
+    o.priority = priority;
+    return s;
 }
 
 std::unique_ptr<SessionSettings> session_settings(const GenerationConfig& generation, int32_t priority) {

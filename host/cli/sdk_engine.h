@@ -22,5 +22,9 @@ struct SessionSettings {
     std::vector<const char*> stop;
 };
 std::unique_ptr<SessionSettings> session_settings(const GenerationConfig& generation, int32_t priority);
+// Session options for a model run without a manifest: the engine's defaults (the model file's own sampling keys
+// among them, which only the engine reads), then the flags.
+std::unique_ptr<SessionSettings> engine_session_settings(cellm_engine* engine, const ManifestOverrides& flags,
+                                                         int32_t priority);
 
 }  // namespace cellm::cli

@@ -2,6 +2,7 @@
 // like any embedding application. Prints "cellm-host: serving MODEL on http://HOST:PORT" on stderr once it
 // listens; SIGINT or SIGTERM shut it down gracefully (exit 0), a second signal at once.
 #include "commands.h"
+#include "error.h"
 #include "sdk_handles.h"
 
 #include "http_server.h"
@@ -30,7 +31,7 @@ struct ServeOptions {
 EnginePtr open_engine(const ServeOptions& o) {
     cellm_engine_options options;
     cellm_engine_options_init(&options);
-    options.manifest_path = o.manifest.c_str();
+    if (!o.manifest.empty()) options.manifest_path = o.manifest.c_str();
     if (o.model) options.model_path = o.model->c_str();
     if (o.mmproj) options.mmproj_path = o.mmproj->c_str();
     if (o.backend) options.backend = o.backend->c_str();
@@ -65,8 +66,10 @@ std::string url(const std::string& host, int port) {
 
 Command add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
-    app.add_option("--manifest", o->manifest, "TOML manifest that wires model, backend and sampling")->required();
-    app.add_option("--model", o->model, "Model file (overrides [model].path)");
+    app.add_option("--manifest", o->manifest,
+                   "TOML manifest that wires model, backend and sampling (without it, --model alone serves with the "
+                   "file's own settings and the fastest CPU backend)");
+    app.add_option("--model", o->model, "Model file or folder (overrides [model].path)");
     app.add_option("--mmproj", o->mmproj, "llama.cpp mmproj file of the model's vision tower (overrides [model].mmproj)");
     app.add_option("--backend", o->backend, "Backend plugin name (overrides [backend].name)");
     app.add_option("--threads", o->threads, "Backend threads (overrides [backend].threads)")
@@ -90,6 +93,9 @@ Command add_serve(CLI::App& app) {
     app.add_option("--model-alias", o->model_alias, "Model id to serve as (default: the model file's name without extension)");
 
     return [o]() {
+        if (o->manifest.empty() && !o->model) {
+            throw cellm::Error("give --model FILE (a model file or folder), or --manifest FILE");
+        }
         const EnginePtr engine = open_engine(*o);
         server::ServerConfig config = o->server;
         config.model_id = o->model_alias.empty() ? model_id(engine.get()) : o->model_alias;

@@ -252,25 +252,32 @@ cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine
         require(engine, "engine");
         const cellm_engine_options& o = require(options, "options");
         require_size(o, CELLM_V1_SIZE(cellm_engine_options, plugin_path), "cellm_engine_options");
-        if ((o.manifest_path == nullptr) == (o.manifest_text == nullptr)) {
-            throw ArgumentError("give exactly one of manifest_path and manifest_text");
+        if (o.manifest_path != nullptr && o.manifest_text != nullptr) {
+            throw ArgumentError("give one of manifest_path and manifest_text, not both");
+        }
+        if (o.manifest_path == nullptr && o.manifest_text == nullptr && o.model_path == nullptr) {
+            throw ArgumentError("give a model_path, a manifest_path or manifest_text");
         }
         if (o.threads < 0 || o.context_length < 0 || o.max_sessions < 0) {
             throw ArgumentError("threads, context_length and max_sessions must be >= 0 (0 keeps the manifest's)");
         }
         cellm::Manifest m;
-        try {
-            m = o.manifest_path != nullptr
-                    ? cellm::load_manifest(o.manifest_path)
-                    : cellm::parse_manifest(o.manifest_text, fs::current_path() / "(manifest text)");
-        } catch (const Error& e) {
-            throw cellm::sdk::ManifestError(e.what());
-        }
-        if (o.model_path != nullptr) {
-            m.model.path = o.model_path;
-            m.model.format.clear();  // the manifest's format, arch and mmproj described its own model
-            m.model.arch.clear();
-            m.model.mmproj.clear();
+        if (o.manifest_path == nullptr && o.manifest_text == nullptr) {
+            m = cellm::manifest_for_model(o.model_path);
+        } else {
+            try {
+                m = o.manifest_path != nullptr
+                        ? cellm::load_manifest(o.manifest_path)
+                        : cellm::parse_manifest(o.manifest_text, fs::current_path() / "(manifest text)");
+            } catch (const Error& e) {
+                throw cellm::sdk::ManifestError(e.what());
+            }
+            if (o.model_path != nullptr) {
+                m.model.path = o.model_path;
+                m.model.format.clear();  // the manifest's format, arch and mmproj described its own model
+                m.model.arch.clear();
+                m.model.mmproj.clear();
+            }
         }
         if (o.struct_size >= offsetof(cellm_engine_options, mmproj_path) + sizeof(o.mmproj_path) &&
             o.mmproj_path != nullptr) {

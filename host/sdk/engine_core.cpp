@@ -5,8 +5,37 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 
 namespace cellm::sdk {
+
+namespace {
+
+// A model run without a manifest takes the sampling its authors recommend, when the file says (llama.cpp's
+// general.sampling.* keys); a value out of range is skipped with a warning, as the key is only advice.
+void take_model_sampling(const ModelFile& file, SamplingParams& p) {
+    const auto take = [&](const char* key, auto value, auto& field, auto valid) {
+        if (!value) return;
+        if (!valid(static_cast<double>(*value))) {
+            spdlog::warn("{}: {} = {} is out of range; keeping {}", file.path().string(), key, *value, field);
+            return;
+        }
+        field = static_cast<std::remove_reference_t<decltype(field)>>(*value);
+    };
+    const auto probability = [](double v) { return v >= 0 && v <= 1; };
+    const auto count = [](double v) { return v >= 0 && v <= std::numeric_limits<int32_t>::max(); };
+    take("general.sampling.temp", file.get_float("general.sampling.temp"), p.temperature,
+         [](double v) { return std::isfinite(v) && v >= 0; });
+    take("general.sampling.top_k", file.get_int("general.sampling.top_k"), p.top_k, count);
+    take("general.sampling.top_p", file.get_float("general.sampling.top_p"), p.top_p, probability);
+    take("general.sampling.min_p", file.get_float("general.sampling.min_p"), p.min_p, probability);
+    take("general.sampling.penalty_last_n", file.get_int("general.sampling.penalty_last_n"), p.repeat_last_n, count);
+    take("general.sampling.penalty_repeat", file.get_float("general.sampling.penalty_repeat"), p.repeat_penalty,
+         [](double v) { return std::isfinite(v) && v > 0; });
+}
+
+}  // namespace
 
 cellm_finish_reason finish_reason_of(const std::string& reason) {
     if (reason == "eog") return CELLM_FINISH_EOG;
@@ -100,6 +129,7 @@ EngineCore::Lock::~Lock() {
 EngineCore::EngineCore(Manifest manifest, int32_t max_sessions)
     : manifest_(std::move(manifest)), max_sessions_(max_sessions) {
     runtime_ = std::make_unique<Runtime>(manifest_, max_sessions_);
+    if (manifest_.sampling_from_model) take_model_sampling(runtime_->model().file(), manifest_.generation.sampling);
     prompt_ = std::make_unique<PromptBuilder>(tokenizer(), manifest_.chat);
     SchedulerOptions options;
     options.token_budget = manifest_.scheduler.token_budget;

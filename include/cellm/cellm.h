@@ -1,7 +1,7 @@
 /* cellm.h: the embedding API of cellm (libcellm.so). Plain C99; an application includes this header and links
  * -lcellm, nothing else. It is separate from the plugin ABI in abi/cellm/: plugins never see it.
  *
- * The model: an engine is opened from a manifest (the same TOML that cellm-host runs). It owns the plugins, the
+ * The model: an engine is opened from a model file, or from a manifest (the same TOML that cellm-host runs). It owns the plugins, the
  * model, the backend, the paged KV cache and one scheduler thread that runs continuous-batching steps. Sessions
  * are conversations on that engine: submit a prompt (text, chat messages or tokens), receive the generated text
  * as events (through a callback or by polling), cancel, read statistics. Every session with work goes into the
@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CELLM_SDK_VERSION_MAJOR 1
-#define CELLM_SDK_VERSION_MINOR 2
+#define CELLM_SDK_VERSION_MINOR 3
 
 #if defined(_WIN32)
 #define CELLM_API __declspec(dllexport)
@@ -72,12 +72,15 @@ typedef struct cellm_engine cellm_engine;
 
 typedef struct cellm_engine_options {
     size_t struct_size;
-    /* Exactly one of these two. A path is read like `cellm-host run --manifest`; text is parsed as if it were
-     * a file in the current folder (relative model paths resolve from there). Borrowed for the call. */
+    /* At most one of these two. A path is read like `cellm-host run --manifest`; text is parsed as if it were
+     * a file in the current folder (relative model paths resolve from there). Borrowed for the call.
+     * Since 1.3 both may be NULL when model_path is set: the model file alone, as `cellm-host run --model FILE`
+     * opens it (format and arch from the file, the fastest CPU backend found, fast precision, every physical
+     * core, the model's own chat template and general.sampling.* defaults; docs/sdk.md). */
     const char* manifest_path;
     const char* manifest_text;
     /* Overrides of the manifest, as cellm-host's flags; NULL or 0 keeps the manifest's value. */
-    const char* model_path;  /* [model].path */
+    const char* model_path;  /* [model].path, or the model to open without a manifest */
     const char* backend;     /* [backend].name: any backend plugin, e.g. "scalar", "openblas", "vulkan" */
     int32_t threads;         /* [backend].threads */
     int32_t context_length;  /* [context].length: tokens per session */

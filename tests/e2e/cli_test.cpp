@@ -58,6 +58,34 @@ TEST(Cli, RunPrintsOneJsonObject) {
     EXPECT_LE(j["tokens"].size(), 6u);
 }
 
+// A model file is enough, as for llama-cli -m: the same fields as with a manifest, the fastest CPU backend, and
+// the single prompt's shape equal to a [[session]]'s (one name for one thing).
+TEST(Cli, RunsAModelFileWithoutAManifest) {
+    const fs::path model = synthetic_model(CELLM_TYPE_Q8_0);
+    const CommandResult r = run_host("run --model " + shell_quote(model.string()) +
+                                     " --prompt 'the cat' --raw --json --temperature 0 --max-tokens 5 --threads 1");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j["backend"], "openblas");
+    EXPECT_EQ(j["generated_tokens"].get<size_t>(), j["tokens"].size());
+    EXPECT_LE(j["tokens"].size(), 5u);
+    const fs::path manifest = manifest_for(model, "[[session]]\nname = \"a\"\nprompt = \"the cat\"\nchat = false\n");
+    const CommandResult sessions = run_host("run --manifest " + shell_quote(manifest.string()) + " --json");
+    ASSERT_EQ(sessions.exit_code, 0) << sessions.err;
+    const auto listed = nlohmann::json::parse(sessions.out)["sessions"][0];
+    for (auto& [key, value] : j.items()) {
+        if (key != "backend" && key != "model") {
+            EXPECT_TRUE(listed.contains(key)) << key;
+        }
+    }
+    EXPECT_EQ(listed.size() + 2, j.size());
+
+    for (const char* command : {"run --prompt hi", "serve", "chat", "bench"}) {
+        SCOPED_TRACE(command);
+        expect_one_error_line(run_host(command), "give --model FILE");
+    }
+}
+
 TEST(Cli, FlagsOverrideTheManifest) {
     const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
     const CommandResult r = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi --raw --json --max-tokens 2" +
@@ -140,14 +168,14 @@ TEST(Cli, RunServesEverySessionOfTheManifest) {
         EXPECT_GT(s["ttft_ms"].get<double>(), 0.0);
     }
     EXPECT_EQ(names, (std::vector<std::string>{"first", "second", "third"}));
-    EXPECT_LE(j["sessions"][1]["tokens"].get<int>(), 3);
+    EXPECT_LE(j["sessions"][1]["generated_tokens"].get<int>(), 3);
     EXPECT_TRUE(j["kv"].contains("bytes_per_token"));
 
     // Each session alone gives the text it gave among the others (greedy).
     const fs::path single = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
     const CommandResult alone = run_host("run --manifest " + shell_quote(single.string()) + " --prompt 'the cat sat' --raw --json");
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
-    EXPECT_EQ(nlohmann::json::parse(alone.out)["tokens"], j["sessions"][2]["token_ids"]);
+    EXPECT_EQ(nlohmann::json::parse(alone.out)["tokens"], j["sessions"][2]["tokens"]);
 
     // Streamed: every line carries its session's name, then one summary line per session on stderr.
     const CommandResult streamed = run_host("run --manifest " + shell_quote(manifest.string()));

@@ -208,8 +208,10 @@ static void host_run(const char* manifest, const char* model, const char* prompt
     int n = 0;
     argv[n++] = (char*)cfg.host;
     argv[n++] = "run";
-    argv[n++] = "--manifest";
-    argv[n++] = (char*)manifest;
+    if (manifest != NULL) { /* without one, the model file alone (run --model FILE) */
+        argv[n++] = "--manifest";
+        argv[n++] = (char*)manifest;
+    }
     if (model != NULL) {
         argv[n++] = "--model";
         argv[n++] = (char*)model;
@@ -795,6 +797,28 @@ static void case_greedy_chat(void) {
     cellm_engine_close(engine);
 }
 
+/* A model file without a manifest opens with the fastest CPU backend found, and generates what
+ * `cellm-host run --model FILE` generates. */
+static void case_model_only(void) {
+    cellm_engine_options options;
+    cellm_engine_options_init(&options);
+    options.model_path = cfg.model;
+    cellm_engine* engine = NULL;
+    OK(cellm_engine_open(&options, &engine));
+    const cellm_engine_info info = engine_info(engine);
+    CHECK(strcmp(info.backend, "openblas") == 0, "a model alone opened with backend %s", info.backend);
+    CHECK(strstr(info.model_path, "tiny-q8_0.gguf") != NULL, "model %s", info.model_path);
+    compare_with_host(engine, NULL, cfg.model, "the cat sat", FORM_TEXT, 12);
+    compare_with_host(engine, NULL, cfg.model, "hello there", FORM_CHAT, 12);
+    cellm_engine_close(engine);
+
+    cellm_engine_options_init(&options);
+    options.model_path = "/nonexistent/cellm-sdk-test/alone.gguf";
+    engine = (cellm_engine*)&options;
+    EXPECT_ERROR(cellm_engine_open(&options, &engine), CELLM_E_LOAD, "alone.gguf");
+    CHECK(engine == NULL, "a failed cellm_engine_open left *engine non-NULL");
+}
+
 static void case_real_model(void) {
     char model[4096];
     const char* models = getenv("CELLM_MODELS");
@@ -1267,7 +1291,7 @@ static const struct {
     {"basics", case_basics, 1},           {"errors", case_errors, 1},       {"greedy_text", case_greedy_text, 1},
     {"greedy_chat", case_greedy_chat, 1}, {"streaming", case_streaming, 1}, {"concurrent", case_concurrent, 1},
     {"cancel", case_cancel, 1},           {"fork", case_fork, 1},           {"closed", case_closed, 1},
-    {"real_model", case_real_model, 0},   {"images", case_images, 1},
+    {"real_model", case_real_model, 0},   {"images", case_images, 1},       {"model_only", case_model_only, 1},
 };
 
 int main(int argc, char** argv) {
