@@ -86,6 +86,34 @@ TEST(Cli, RunsAModelFileWithoutAManifest) {
     }
 }
 
+// Without a manifest the file's own sampling advice (llama.cpp's general.sampling.* keys) is the default: a file
+// that says temperature 0 generates greedily whatever the seed; a value out of range is skipped with a warning.
+TEST(Cli, AModelFileBringsItsSamplingDefaults) {
+    synthetic::ModelOptions options;
+    options.weight_type = CELLM_TYPE_Q8_0;
+    gguf::Writer greedy_file = synthetic::build_model(options);
+    greedy_file.add("general.sampling.temp", 0.0f);
+    greedy_file.add("general.sampling.top_k", int32_t{1000});
+    const fs::path greedy = temp_dir() / "tiny-sampling-greedy.gguf";
+    greedy_file.write(greedy.string());
+    const std::string run = "run --model " + shell_quote(greedy.string()) + " --prompt 'the cat' --raw --json --max-tokens 8";
+    const CommandResult want = run_host(run + " --temperature 0");
+    ASSERT_EQ(want.exit_code, 0) << want.err;
+    for (const char* seed : {"1", "2", "3"}) {
+        const CommandResult r = run_host(run + " --seed " + seed);
+        ASSERT_EQ(r.exit_code, 0) << r.err;
+        EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], nlohmann::json::parse(want.out)["tokens"]) << "seed " << seed;
+    }
+
+    gguf::Writer bad_file = synthetic::build_model(options);
+    bad_file.add("general.sampling.temp", -2.0f);
+    const fs::path bad = temp_dir() / "tiny-sampling-bad.gguf";
+    bad_file.write(bad.string());
+    const CommandResult r = run_host("run --model " + shell_quote(bad.string()) + " --prompt hi --raw --json --max-tokens 2");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("general.sampling.temp = -2 is out of range"), std::string::npos) << r.err;
+}
+
 TEST(Cli, FlagsOverrideTheManifest) {
     const fs::path manifest = manifest_for(synthetic_model(CELLM_TYPE_Q8_0));
     const CommandResult r = run_host("run --manifest " + shell_quote(manifest.string()) + " --prompt hi --raw --json --max-tokens 2" +
