@@ -545,13 +545,14 @@ std::string StreamDecoder::push(int32_t id) {
         if (utf8::sequence_length(byte) > back) keep_from = pending_.size() - back;
         break;
     }
-    std::string out = pending_.substr(0, keep_from);
+    // Tokens can spell malformed UTF-8 (byte-fallback pieces in an order no text has); what leaves is valid.
+    std::string out = utf8::sanitize(std::string_view(pending_).substr(0, keep_from));
     pending_.erase(0, keep_from);
     return out;
 }
 
 std::string StreamDecoder::flush() {
-    return std::exchange(pending_, {});
+    return utf8::sanitize(std::exchange(pending_, {}));
 }
 
 }  // namespace cellm

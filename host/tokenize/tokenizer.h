@@ -92,13 +92,14 @@ private:
     bool add_space_prefix_ = false;  // SentencePiece: a space before text at the start or after a special token
 };
 
-// Streaming-safe detokenization: returns only complete UTF-8 characters and holds back an incomplete tail
-// (an emoji split across tokens comes out whole once its last byte arrives).
+// Streaming-safe detokenization: returns only valid UTF-8 and holds back an incomplete tail (an emoji split
+// across tokens comes out whole once its last byte arrives). Malformed bytes, which a model can generate, come
+// out as U+FFFD, as utf8::sanitize reads them.
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
     std::string push(int32_t id);
-    // Whatever is held back, even if incomplete (end of generation).
+    // Whatever is held back (end of generation), an incomplete character as U+FFFD.
     std::string flush();
 
 private:
