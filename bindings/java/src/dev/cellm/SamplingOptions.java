@@ -1,0 +1,152 @@
+package dev.cellm;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+
+/**
+ * A session's settings (cellm_session_options). What is not set keeps the manifest's [sampling] value; without a
+ * seed there, each session draws its own. Immutable; make one with {@link #builder()}.
+ */
+public final class SamplingOptions {
+    private final String name;
+    private final int set;
+    private final float[] floats = new float[CellmNative.FLOAT_COUNT];
+    private final long[] longs = new long[CellmNative.LONG_COUNT];
+    private final List<String> stop; // null: the manifest's
+
+    private SamplingOptions(Builder b) {
+        name = b.name;
+        set = b.set;
+        System.arraycopy(b.floats, 0, floats, 0, floats.length);
+        System.arraycopy(b.longs, 0, longs, 0, longs.length);
+        stop = b.stop;
+    }
+
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /** Greedy decoding (temperature 0), everything else the manifest's. */
+    public static SamplingOptions greedy() {
+        return builder().temperature(0).build();
+    }
+
+    /** A builder that starts from these settings. */
+    public Builder toBuilder() {
+        Builder b = new Builder();
+        b.name = name;
+        b.set = set;
+        System.arraycopy(floats, 0, b.floats, 0, floats.length);
+        System.arraycopy(longs, 0, b.longs, 0, longs.length);
+        b.stop = stop;
+        return b;
+    }
+
+    long create(long engine) {
+        return CellmNative.sessionCreate(engine, CellmNative.utf8(name), set, floats, longs, CellmNative.utf8(stop));
+    }
+
+    void configure(long engine, long session) {
+        CellmNative.sessionConfigure(engine, session, CellmNative.utf8(name), set, floats, longs,
+                                     CellmNative.utf8(stop));
+    }
+
+    /** Sampling runs in llama.cpp's order: penalties, top-k, top-p, min-p, temperature, seeded draw. */
+    public static final class Builder {
+        private String name;
+        private int set;
+        private final float[] floats = new float[CellmNative.FLOAT_COUNT];
+        private final long[] longs = new long[CellmNative.LONG_COUNT];
+        private List<String> stop;
+
+        private Builder() {}
+
+        private Builder f(int index, float value) {
+            floats[index] = value;
+            set |= 1 << index;
+            return this;
+        }
+
+        private Builder l(int index, long value) {
+            longs[index] = value;
+            set |= 1 << (CellmNative.FLOAT_COUNT + index);
+            return this;
+        }
+
+        /** Shown in logs and errors. */
+        public Builder name(String name) {
+            this.name = name;
+            return this;
+        }
+
+        /** 0: greedy. */
+        public Builder temperature(float temperature) {
+            return f(CellmNative.TEMPERATURE, temperature);
+        }
+
+        /** 0 or less: off. */
+        public Builder topK(int topK) {
+            return l(CellmNative.TOP_K, topK);
+        }
+
+        /** 1: off; 0 keeps only the most likely token. */
+        public Builder topP(float topP) {
+            return f(CellmNative.TOP_P, topP);
+        }
+
+        /** 0: off. */
+        public Builder minP(float minP) {
+            return f(CellmNative.MIN_P, minP);
+        }
+
+        /** 1: off; over the last repeatLastN tokens of the context. */
+        public Builder repeatPenalty(float penalty) {
+            return f(CellmNative.REPEAT_PENALTY, penalty);
+        }
+
+        public Builder repeatLastN(int n) {
+            return l(CellmNative.REPEAT_LAST_N, n);
+        }
+
+        /** 0: off; subtracted once per earlier occurrence. */
+        public Builder frequencyPenalty(float penalty) {
+            return f(CellmNative.FREQUENCY_PENALTY, penalty);
+        }
+
+        /** 0: off; subtracted once if the token occurred. */
+        public Builder presencePenalty(float penalty) {
+            return f(CellmNative.PRESENCE_PENALTY, penalty);
+        }
+
+        /** Same seed and settings, same tokens (an unsigned 64-bit value). */
+        public Builder seed(long seed) {
+            return l(CellmNative.SEED, seed);
+        }
+
+        /** At least 1. */
+        public Builder maxTokens(int maxTokens) {
+            return l(CellmNative.MAX_TOKENS, maxTokens);
+        }
+
+        /** Strings that end the turn; they are not part of its text. Replaces the manifest's. */
+        public Builder stop(List<String> stop) {
+            this.stop = Collections.unmodifiableList(new ArrayList<>(stop)); // not List.copyOf: Android API 30+
+            return this;
+        }
+
+        public Builder stop(String... stop) {
+            return stop(Arrays.asList(stop));
+        }
+
+        /** Higher is served first when the scheduler must choose; 1 interactive, 0 background. */
+        public Builder priority(int priority) {
+            return l(CellmNative.PRIORITY, priority);
+        }
+
+        public SamplingOptions build() {
+            return new SamplingOptions(this);
+        }
+    }
+}
