@@ -3,17 +3,20 @@
 # two at a time (most tests use one core; CI machines have two).
 #   scripts/test.sh          what CI runs
 #   scripts/test.sh --full   also the checks that take minutes and that others imply (CELLM_TEST_FULL=1):
-#                            the Vulkan backend's real-model q8-cache and greedy runs on lavapipe
+#                            the Vulkan backend's real-model q8-cache and greedy runs on lavapipe, and the
+#                            Python binding's `pip install` into a venv (python_pip, label pip: it compiles
+#                            cellm again, about 8 minutes on 2 cores; its pytest suite runs either way)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+exclude=(-LE pip)
 case "${1:-}" in
   "") ;;
-  --full) export CELLM_TEST_FULL=1 ;;
+  --full) export CELLM_TEST_FULL=1; exclude=() ;;
   *) echo "usage: scripts/test.sh [--full]" >&2; exit 2 ;;
 esac
 
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
 scripts/fetch_models.sh
-ctest --test-dir build --output-on-failure -j2
+ctest --test-dir build --output-on-failure -j2 "${exclude[@]}"

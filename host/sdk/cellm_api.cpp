@@ -4,10 +4,14 @@
 
 #include "engine_core.h"
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <new>
 #include <random>
 
@@ -246,8 +250,28 @@ void cellm_engine_options_init(cellm_engine_options* options) {
     cellm_engine_options_init_size(options, offsetof(cellm_engine_options, precision));
 }
 
+namespace {
+
+// spdlog's default logger writes everything from info up to stdout, which belongs to the embedding application:
+// unless the application gave the default logger sinks of its own (cellm-host does), cellm's warnings and errors
+// go to stderr and nothing else is printed.
+void log_to_stderr_unless_configured() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        const std::shared_ptr<spdlog::logger> logger = spdlog::default_logger();
+        std::vector<spdlog::sink_ptr>& sinks = logger->sinks();
+        if (sinks.size() == 1 && dynamic_cast<spdlog::sinks::stdout_color_sink_mt*>(sinks[0].get()) != nullptr) {
+            sinks[0] = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+            logger->set_level(spdlog::level::warn);
+        }
+    });
+}
+
+}  // namespace
+
 cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine** engine) {
     if (engine != nullptr) *engine = nullptr;
+    log_to_stderr_unless_configured();
     return guarded([&] {
         require(engine, "engine");
         const cellm_engine_options& o = require(options, "options");
@@ -541,10 +565,12 @@ cellm_result cellm_session_poll(cellm_session* session, int32_t timeout_ms, cell
         cellm_event& out = require(event, "event");
         require_size(out, CELLM_V1_SIZE(cellm_event, finish_reason), "cellm_event");
         if (s.callback != nullptr) throw ArgumentError("this session's events go to its callback, not to poll");
-        // Events queued before the engine closed (its DONE events included) can still be read.
-        std::optional<SessionChannel::Event> e = s.channel->next(s.core->closed() ? 0 : timeout_ms);
+        // Events queued before the engine closed can still be read, and a turn the close is ending still gets
+        // its DONE: the engine is marked closed before the scheduler thread has ended the turns.
+        const bool ending = s.channel->busy();
+        std::optional<SessionChannel::Event> e = s.channel->next(s.core->closed() && !ending ? 0 : timeout_ms);
         if (!e) {
-            if (s.core->closed()) throw cellm::sdk::ClosedError("the session's engine was closed");
+            if (s.core->closed() && !s.channel->busy()) throw cellm::sdk::ClosedError("the session's engine was closed");
             throw TimeoutError("no event within " + std::to_string(timeout_ms) + " ms");
         }
         s.event_text = std::move(e->text);

@@ -1,0 +1,139 @@
+"""create_chat_completion and create_completion: cellm sessions in the dict shapes of the OpenAI API, as
+llama-cpp-python returns them.
+
+Each call runs one turn on a session of its own, so calls from several threads are batched together. finish_reason
+is OpenAI's: "stop" for the model's end of generation and for a stop string, "length" for max_tokens and for a full
+context. A stream whose turn Engine.close ended (from another thread) ends with "cancelled", which OpenAI does not
+have; a call without stream raises ClosedError then. A turn that failed raises GenerationError.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Iterator
+
+from .session import SAMPLING_KEYS, Session
+
+FINISH_REASONS = {"eog": "stop", "stop": "stop", "length": "length", "context": "length", "cancelled": "cancelled"}
+
+# llama-cpp-python keywords cellm has no counterpart for, with the value that means "not used": accepted at that
+# value so that calls move over unchanged, refused otherwise.
+_NEUTRAL = {
+    "logprobs": (None, False),
+    "top_logprobs": (None,),
+    "echo": (False,),
+    "suffix": (None,),
+    "typical_p": (1.0,),
+    "tfs_z": (1.0,),
+    "mirostat_mode": (0,),
+    "mirostat_tau": None,  # any value: unused while mirostat_mode is 0
+    "mirostat_eta": None,
+    "logit_bias": (None, {}),
+    "logits_processor": (None,),
+    "stopping_criteria": (None,),
+    "grammar": (None,),
+    "response_format": (None,),
+    "tools": (None, []),
+    "tool_choice": (None,),
+    "functions": (None, []),
+    "function_call": (None,),
+    "stream_options": (None,),
+}
+
+
+def _sampling(kwargs: dict[str, Any]) -> dict[str, Any]:
+    sampling = {}
+    for key, value in kwargs.items():
+        if key in SAMPLING_KEYS:
+            sampling[key] = value
+        elif key in _NEUTRAL:
+            allowed = _NEUTRAL[key]
+            if allowed is not None and value not in allowed:
+                raise NotImplementedError(f"cellm does not support {key}={value!r}")
+        else:
+            raise TypeError(f"unexpected keyword argument {key!r}")
+    return sampling
+
+
+def _usage(session: Session) -> dict[str, int]:
+    stats = session.stats
+    completion = len(session.tokens)
+    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": completion,
+            "total_tokens": stats.prompt_tokens + completion}
+
+
+def _run(engine: Any, prompt: Any, images: Any, sampling: dict[str, Any]) -> tuple[str, str, dict[str, int]]:
+    with engine.session(**sampling) as session:
+        session.submit(prompt, images=images)
+        reason = session.wait()
+        return session.text, FINISH_REASONS.get(reason, reason), _usage(session)
+
+
+def _stream(engine: Any, prompt: Any, images: Any, sampling: dict[str, Any], first: dict | None,
+            chunk) -> Iterator[dict[str, Any]]:
+    """Chunks of one turn: `first` (if any), one per piece of text, and a last one with the finish reason. The
+    turn starts now, so a bad prompt raises here; closing the iterator early cancels it and frees the session."""
+    session = engine.session(**sampling)
+    try:
+        pieces = session.stream(prompt, images=images)
+    except BaseException:
+        session.close()
+        raise
+
+    def chunks() -> Iterator[dict[str, Any]]:
+        try:
+            if first is not None:
+                yield first
+            try:
+                for piece in pieces:
+                    yield chunk({"content": piece}, piece, None)
+            finally:
+                pieces.close()
+            reason = session._done_reason
+            yield chunk({}, "", FINISH_REASONS.get(reason, reason))
+        finally:
+            session.close()
+
+    return chunks()
+
+
+def chat(engine: Any, messages: list[dict[str, Any]], stream: bool, images: Any, model: str | None,
+         kwargs: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    sampling = _sampling(kwargs)
+    ident, created = f"chatcmpl-{uuid.uuid4()}", int(time.time())
+    model = model if model is not None else engine.info.model_path
+
+    if not stream:
+        text, reason, usage = _run(engine, list(messages), images, sampling)
+        return {"id": ident, "object": "chat.completion", "created": created, "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                             "finish_reason": reason}],
+                "usage": usage}
+
+    def chunk(delta: dict[str, Any], _text: str, reason: str | None) -> dict[str, Any]:
+        return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model,
+                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+
+    return _stream(engine, list(messages), images, sampling, chunk({"role": "assistant"}, "", None), chunk)
+
+
+def complete(engine: Any, prompt: str | list[int], stream: bool, images: Any, model: str | None,
+             kwargs: dict[str, Any]) -> dict[str, Any] | Iterator[dict[str, Any]]:
+    sampling = _sampling(kwargs)
+    ident, created = f"cmpl-{uuid.uuid4()}", int(time.time())
+    model = model if model is not None else engine.info.model_path
+    if not isinstance(prompt, str):
+        prompt = [int(t) for t in prompt]
+
+    if not stream:
+        text, reason, usage = _run(engine, prompt, images, sampling)
+        return {"id": ident, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": reason}],
+                "usage": usage}
+
+    def chunk(_delta: dict[str, Any], text: str, reason: str | None) -> dict[str, Any]:
+        return {"id": ident, "object": "text_completion", "created": created, "model": model,
+                "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": reason}]}
+
+    return _stream(engine, prompt, images, sampling, None, chunk)
