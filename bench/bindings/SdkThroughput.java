@@ -32,7 +32,7 @@ public final class SdkThroughput {
                 long start = System.nanoTime();
                 List<CompletableFuture<Session.Result>> turns = new ArrayList<>();
                 for (int i = 0; i < sessions; ++i) {
-                    Prompt prompt = Prompt.text("Tell me a long story about the number " + i + ".");
+                    Prompt prompt = Prompt.text("Once upon a time, in village number " + i + ", there lived");
                     turns.add(open.get(i).submit(prompt, (text, generated) -> characters.addAndGet(text.length())));
                 }
                 long generated = 0;

@@ -14,7 +14,7 @@
 
 typedef struct {
     cellm_session* session;
-    char prompt[64];
+    char prompt[96];
     int32_t generated;
     int failed;
 } worker;
@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
             o.temperature = 0;
             o.max_tokens = tokens;
             workers[i] = (worker){0};
-            snprintf(workers[i].prompt, sizeof workers[i].prompt, "Tell me a long story about the number %d.", i);
+            snprintf(workers[i].prompt, sizeof workers[i].prompt, "Once upon a time, in village number %d, there lived", i);
             if (cellm_session_create(engine, &o, &workers[i].session) != CELLM_SUCCESS) {
                 fprintf(stderr, "sdk_throughput: %s\n", cellm_last_error());
                 return 1;

@@ -23,7 +23,7 @@ def main() -> int:
             characters = [0] * sessions
 
             def run(i: int) -> None:
-                for piece in open_sessions[i].stream(f"Tell me a long story about the number {i}."):
+                for piece in open_sessions[i].stream(f"Once upon a time, in village number {i}, there lived"):
                     characters[i] += len(piece)
 
             threads = [threading.Thread(target=run, args=(i,)) for i in range(sessions)]
