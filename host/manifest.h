@@ -23,7 +23,7 @@ struct ModelConfig {
 };
 
 struct BackendConfig {
-    std::string name = "scalar";  // empty: the fastest CPU backend found (Runtime::pick_backend)
+    std::string name = "scalar";  // empty: the fastest CPU backend found (runtime.cpp)
     int32_t threads = 1;  // defaults to the machine's physical cores
     // Every [backend] key except name, as text, for the backend's create(); always holds "threads".
     std::map<std::string, std::string> options;

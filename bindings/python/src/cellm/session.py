@@ -9,7 +9,6 @@ between two of them.
 from __future__ import annotations
 
 import base64
-import codecs
 import ctypes
 import os
 import threading
@@ -227,9 +226,8 @@ class Session:
         return self._pieces(timeout)
 
     def _pieces(self, timeout: float | None) -> Iterator[str]:
-        # libcellm's events end on character boundaries, but bytes the model generated that are not UTF-8 pass
-        # through as they are; decoding them incrementally gives the same text as decoding the whole (Session.text).
-        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # Each TEXT event is whole UTF-8 characters (libcellm writes what a model generates that is not UTF-8 as
+        # U+FFFD), so the pieces decode one by one and join to Session.text.
         ended = False
         try:
             while True:
@@ -237,14 +235,10 @@ class Session:
                 if kind == _capi.EVENT_DONE:
                     ended = True
                     self._done_reason = finish_reason_name(reason)
-                    rest = decoder.decode(b"", final=True)
-                    if rest:
-                        yield rest
                     self._raise_if_failed(reason)
                     return
-                text = decoder.decode(data)
-                if text:
-                    yield text
+                if data:
+                    yield data.decode("utf-8")
         finally:
             if not ended:
                 self._cancel_and_drain()
@@ -350,8 +344,8 @@ class Session:
 
     @property
     def text(self) -> str:
-        """The text generated in the current or last turn so far (stop strings excluded). Bytes that are not UTF-8
-        (a model can generate any byte) read as U+FFFD, as in stream()."""
+        """The text generated in the current or last turn so far (stop strings excluded); what the model generated
+        that is not UTF-8 reads as U+FFFD, as in stream()."""
         with self._lock:
             pointer, length = ctypes.c_void_p(), ctypes.c_size_t()
             check(_capi.lib().cellm_session_get_text(self._require(), ctypes.byref(pointer), ctypes.byref(length)))

@@ -67,41 +67,27 @@ class StreamingTest {
         try (Session session = engine.newSession(TestSupport.greedy(200))) {
             viaApi = session.generate(TestSupport.LONG_PROMPT);
         }
-        long e = CellmNative.engineOpen(CellmNative.utf8(TestSupport.manifest()), null, null, null, 0, 256, 0, null,
-                                        null, null);
-        try {
-            float[] floats = new float[CellmNative.FLOAT_COUNT];
-            long[] longs = new long[CellmNative.LONG_COUNT];
-            longs[CellmNative.MAX_TOKENS] = 200;
-            int set = (1 << CellmNative.TEMPERATURE) | (1 << (CellmNative.FLOAT_COUNT + CellmNative.MAX_TOKENS));
-            long s = CellmNative.sessionCreate(e, null, set, floats, longs, null);
-            try {
-                CellmNative.sessionSubmitText(s, CellmNative.utf8(TestSupport.LONG_PROMPT), null);
-                ByteArrayOutputStream streamed = new ByteArrayOutputStream();
-                int[] event = new int[3];
-                int pieces = 0;
-                for (;;) {
-                    byte[] text = CellmNative.sessionPoll(s, 60000, event);
-                    if (event[CellmNative.EVENT_KIND] == CellmNative.EVENT_DONE) {
-                        assertEquals(0, text.length);
-                        break;
-                    }
-                    assertEquals(CellmNative.EVENT_TEXT, event[CellmNative.EVENT_KIND]);
-                    streamed.write(text);
-                    ++pieces;
+        TestSupport.withNativeLongTurn(s -> {
+            ByteArrayOutputStream streamed = new ByteArrayOutputStream();
+            int[] event = new int[3];
+            int pieces = 0;
+            for (;;) {
+                byte[] text = CellmNative.sessionPoll(s, 60000, event);
+                if (event[CellmNative.EVENT_KIND] == CellmNative.EVENT_DONE) {
+                    assertEquals(0, text.length);
+                    break;
                 }
-                assertTrue(pieces > 1);
-                byte[] whole = CellmNative.sessionText(s);
-                assertArrayEquals(whole, streamed.toByteArray());
-                assertEquals(viaApi.text(), new String(whole, StandardCharsets.UTF_8));
-                assertArrayEquals(viaApi.tokens(), CellmNative.sessionTokens(s));
-                assertEquals(-1, indexOf(whole, (byte) 0), "a NUL byte in the text");
-            } finally {
-                CellmNative.sessionDestroy(s);
+                assertEquals(CellmNative.EVENT_TEXT, event[CellmNative.EVENT_KIND]);
+                streamed.write(text);
+                ++pieces;
             }
-        } finally {
-            CellmNative.engineClose(e);
-        }
+            assertTrue(pieces > 1);
+            byte[] whole = CellmNative.sessionText(s);
+            assertArrayEquals(whole, streamed.toByteArray());
+            assertEquals(viaApi.text(), new String(whole, StandardCharsets.UTF_8));
+            assertArrayEquals(viaApi.tokens(), CellmNative.sessionTokens(s));
+            assertEquals(-1, indexOf(whole, (byte) 0), "a NUL byte in the text");
+        });
     }
 
     /** Emoji and CJK in a chat prompt go down intact: the session's prompt has the tokens of that text. */

@@ -52,6 +52,34 @@ final class TestSupport {
                 + "length = 128\n" + extra;
     }
 
+    /** What a test does with a native session handle (CellmNative, below the Java API). */
+    interface NativeTurn {
+        void run(long session) throws Exception;
+    }
+
+    /**
+     * A greedy 200-token turn of LONG_PROMPT on the synthetic model through CellmNative alone, submitted and handed
+     * to {@code body}; the session and its engine are freed afterwards.
+     */
+    static void withNativeLongTurn(NativeTurn body) throws Exception {
+        long e = CellmNative.engineOpen(CellmNative.utf8(manifest()), null, null, null, 0, 256, 0, null, null, null);
+        try {
+            float[] floats = new float[CellmNative.FLOAT_COUNT];
+            long[] longs = new long[CellmNative.LONG_COUNT];
+            longs[CellmNative.MAX_TOKENS] = 200;
+            int set = (1 << CellmNative.TEMPERATURE) | (1 << (CellmNative.FLOAT_COUNT + CellmNative.MAX_TOKENS));
+            long s = CellmNative.sessionCreate(e, null, set, floats, longs, null);
+            try {
+                CellmNative.sessionSubmitText(s, CellmNative.utf8(LONG_PROMPT), null);
+                body.run(s);
+            } finally {
+                CellmNative.sessionDestroy(s);
+            }
+        } finally {
+            CellmNative.engineClose(e);
+        }
+    }
+
     static SamplingOptions greedy(int maxTokens) {
         return SamplingOptions.builder().temperature(0).maxTokens(maxTokens).build();
     }
