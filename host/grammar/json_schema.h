@@ -1,0 +1,27 @@
+// JSON Schema -> GBNF: the schema compiler behind Grammar::from_json_schema (response_format json_schema, tool
+// call arguments).
+//
+// What the grammar matches, and where it is narrower than the schema (all documented in json_schema.cpp):
+// - compact JSON, plus the whitespace llama.cpp allows between tokens;
+// - an object's declared properties in the schema's order (as llama.cpp and OpenAI's strict mode do), any extra
+//   properties after them;
+// - numbers with bounds in plain decimal notation (no exponent); integers without a fraction or exponent;
+// - strings and property names in their usual JSON spelling: a character under a `pattern` or `format` may be
+//   escaped only where JSON requires it (a plain "\u0061" is not taken for "a").
+// - oneOf branches kept apart by type or by a required name, which is stricter than the schema when a branch
+//   constrains more than that.
+// Every keyword that constrains and is not honoured exactly is refused with GrammarError.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cellm::grammar {
+
+// JSON Schema text -> GBNF text whose `root` matches the JSON texts valid under the schema. Throws GrammarError
+// naming the first keyword it cannot honour with its JSON pointer (`unsupported JSON Schema keyword "not" at
+// /properties/a`), or what makes the schema malformed or unsatisfiable (minimum > maximum, an empty enum, an
+// unresolvable $ref).
+std::string json_schema_to_gbnf(std::string_view schema_json);
+
+}  // namespace cellm::grammar
