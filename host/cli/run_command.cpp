@@ -78,6 +78,8 @@ struct Outcome {
     std::string name, text, error;
     std::vector<int32_t> tokens;
     cellm_session_stats stats{};
+    std::vector<cellm_logprob> logprobs;  // with --logprobs: row_size entries per token
+    size_t row_size = 0;
 };
 
 Outcome outcome_of(cellm_session* session, const std::string& name) {
@@ -94,6 +96,9 @@ Outcome outcome_of(cellm_session* session, const std::string& name) {
     size_t n = 0;
     check(cellm_session_get_tokens(session, &tokens, &n));
     o.tokens.assign(tokens, tokens + n);
+    const cellm_logprob* entries = nullptr;
+    check(cellm_session_get_logprobs(session, &entries, &n, &o.row_size));
+    o.logprobs.assign(entries, entries + n * o.row_size);
     return o;
 }
 
@@ -101,7 +106,7 @@ Outcome outcome_of(cellm_session* session, const std::string& name) {
 // them: `tokens` are the generated ids (cellm_session_get_tokens), the counts come from cellm_session_stats.
 nlohmann::json outcome_json(const Outcome& o) {
     const cellm_session_stats& r = o.stats;
-    return {{"name", o.name},
+    nlohmann::json out = {{"name", o.name},
             {"text", o.text},
             {"tokens", o.tokens},
             {"prompt_tokens", r.prompt_tokens},
@@ -113,6 +118,19 @@ nlohmann::json outcome_json(const Outcome& o) {
             {"decode_tok_s", r.decode_tok_s},
             {"finish_reason", cellm_finish_reason_name(r.finish_reason)},
             {"error", o.error}};
+    // With --logprobs, a row per token (cellm_session_get_logprobs): the token, then the best ones.
+    if (o.row_size > 0) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (size_t at = 0; at + o.row_size <= o.logprobs.size(); at += o.row_size) {
+            nlohmann::json row = nlohmann::json::array();
+            for (size_t j = at; j < at + o.row_size; ++j) {
+                row.push_back({{"token", o.logprobs[j].token}, {"logprob", o.logprobs[j].logprob}});
+            }
+            rows.push_back(std::move(row));
+        }
+        out["logprobs"] = std::move(rows);
+    }
+    return out;
 }
 
 // The summary line of one session, on stderr so stdout keeps only generated text.
@@ -132,6 +150,7 @@ Command add_run(CLI::App& app) {
         std::string prompt;
         std::vector<std::string> images;
         bool chat = false, raw = false, json = false;
+        int32_t logprobs = -1;  // -1: none
     };
     auto o = std::make_shared<Options>();
     o->manifest.add_to(app);
@@ -141,7 +160,11 @@ Command add_run(CLI::App& app) {
         ->check(CLI::ExistingFile);
     auto* chat = app.add_flag("--chat", o->chat, "Wrap the prompt in the chat template (default when the model has one)");
     app.add_flag("--raw", o->raw, "Use the prompt text as is")->excludes(chat);
-    app.add_flag("--json", o->json, "Print one JSON object instead of streaming");
+    auto* json = app.add_flag("--json", o->json, "Print one JSON object instead of streaming");
+    app.add_option("--logprobs", o->logprobs,
+                   "With --json: each generated token's log-probability and the N most likely tokens (0..20)")
+        ->check(CLI::Range(0, 20))
+        ->needs(json);
 
     return [o]() {
         Manifest manifest = o->manifest.load();
@@ -178,6 +201,10 @@ Command add_run(CLI::App& app) {
             auto settings = manifest.sampling_from_model ? engine_session_settings(engine.get(), o->manifest, s.priority)
                                                          : session_settings(s.generation, s.priority);
             settings->options.name = s.name.c_str();
+            if (o->logprobs >= 0) {
+                settings->options.logprobs = 1;
+                settings->options.top_logprobs = o->logprobs;
+            }
             if (!o->json) {
                 listeners[i] = {single ? nullptr : &output, s.name};
                 settings->options.on_event = on_event;

@@ -3,6 +3,7 @@
 #include "error.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -37,25 +38,45 @@ int32_t first_largest(std::span<const float> logits) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), engine_(params.seed) {}
 
-int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> recent_tokens) {
+int32_t Sampler::sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
+                        std::span<const uint64_t> allowed) {
     if (logits.empty()) throw Error("sampler: empty logits row");
     if (logits.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max()))
         throw Error("sampler: logits row larger than the token id range");
+    if (!allowed.empty() && allowed.size() < (logits.size() + 63) / 64)
+        throw Error("sampler: the token mask has " + std::to_string(allowed.size() * 64) + " bits for a row of " +
+                    std::to_string(logits.size()) + " tokens");
 
-    // Greedy reads the row itself, unless penalties must change a copy of it first.
-    if (params_.temperature <= 0.0f && !penalizes()) return first_largest(logits);
+    // Greedy reads the row itself, unless bias or penalties must change a copy of it first.
+    const bool greedy = params_.temperature <= 0.0f;
+    if (greedy && !penalizes() && params_.logit_bias.empty() && allowed.empty()) return first_largest(logits);
     // NaN would break the ordering every filter relies on; such a token is simply never chosen.
     scores_.resize(logits.size());
     for (size_t i = 0; i < logits.size(); ++i)
         scores_[i] = std::isnan(logits[i]) ? -std::numeric_limits<float>::infinity() : logits[i];
+    add_bias();
     penalize(recent_tokens);
 
-    if (params_.temperature <= 0.0f) return first_largest(scores_);
-    keep_top_k();
+    if (!allowed.empty()) {
+        keep_allowed(allowed);
+        if (greedy) return candidates_.front().id;
+    } else {
+        if (greedy) return first_largest(scores_);
+        keep_top_k();
+    }
     keep_top_p();
     keep_min_p();
     for (Candidate& c : candidates_) c.logit /= params_.temperature;
     return draw();
+}
+
+void Sampler::add_bias() {
+    for (const auto& [id, bias] : params_.logit_bias) {
+        if (id < 0 || static_cast<size_t>(id) >= scores_.size())
+            throw Error("sampler: logit_bias token id " + std::to_string(id) + " outside the vocabulary of " +
+                        std::to_string(scores_.size()));
+        scores_[static_cast<size_t>(id)] += bias;
+    }
 }
 
 // llama.cpp's penalties, in its order: a token seen recently becomes less likely whatever its sign (the
@@ -81,6 +102,32 @@ void Sampler::penalize(std::span<const int32_t> recent_tokens) {
         float& logit = scores_[static_cast<size_t>(id)];
         if (params_.repeat_penalty != 1.0f) logit = logit > 0.0f ? logit / params_.repeat_penalty : logit * params_.repeat_penalty;
         logit -= count * params_.frequency_penalty + params_.presence_penalty;
+    }
+}
+
+// The allowed tokens alone become the candidates, so a disallowed one can never be drawn, not even when every
+// allowed logit is -inf. Then top-k as keep_top_k does it (`better` being a total order, a selection then a sort
+// gives the same k tokens in the same order), leaving the candidates sorted best first.
+void Sampler::keep_allowed(std::span<const uint64_t> allowed) {
+    candidates_.clear();
+    for (size_t word = 0; word * 64 < scores_.size(); ++word) {
+        for (uint64_t bits = allowed[word]; bits != 0; bits &= bits - 1) {
+            const size_t id = word * 64 + static_cast<size_t>(std::countr_zero(bits));
+            if (id < scores_.size()) candidates_.push_back({static_cast<int32_t>(id), scores_[id]});
+        }
+    }
+    if (candidates_.empty()) throw Error("no token is allowed here");
+    const size_t k = static_cast<size_t>(std::max(params_.top_k, 0));
+    if (params_.temperature <= 0.0f) {
+        // Greedy needs only the best one.
+        std::iter_swap(candidates_.begin(), std::min_element(candidates_.begin(), candidates_.end(), better));
+    } else if (k > 0 && k < candidates_.size()) {
+        const auto kth = candidates_.begin() + static_cast<std::ptrdiff_t>(k);
+        std::nth_element(candidates_.begin(), kth, candidates_.end(), better);
+        candidates_.resize(k);
+        std::sort(candidates_.begin(), candidates_.end(), better);
+    } else {
+        std::sort(candidates_.begin(), candidates_.end(), better);
     }
 }
 

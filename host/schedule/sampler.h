@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace cellm {
@@ -22,19 +23,24 @@ struct SamplingParams {
     float frequency_penalty = 0;  // subtracted once per occurrence in that window (OpenAI's); 0 disables
     float presence_penalty = 0;   // subtracted once if the token occurs in that window (OpenAI's); 0 disables
     uint64_t seed = 0;
+    // (token, bias): added to the token's logit before the penalties, as llama.cpp and OpenAI do.
+    std::vector<std::pair<int32_t, float>> logit_bias = {};
 };
 
-// Samples in llama.cpp's order: repetition penalty, top-k, top-p, min-p, temperature, seeded draw. The draw is
-// built from std::mt19937_64's bits alone, so one seed gives the same tokens on every platform.
+// Samples in llama.cpp's order: logit bias, repetition penalty, top-k, top-p, min-p, temperature, seeded draw.
+// The draw is built from std::mt19937_64's bits alone, so one seed gives the same tokens on every platform.
 // Not thread-safe: one sampler per sequence.
 class Sampler {
 public:
     explicit Sampler(const SamplingParams& params);
 
     // Picks the next token from one row of logits (one per vocabulary id). `recent_tokens` is the sequence
-    // so far, oldest first; only its last repeat_last_n entries are penalized. Throws cellm::Error on an empty
-    // row or a recent token outside the vocabulary.
-    int32_t sample(std::span<const float> logits, std::span<const int32_t> recent_tokens);
+    // so far, oldest first; only its last repeat_last_n entries are penalized. `allowed`, when not empty, is a
+    // bitset over the row (bit t % 64 of word t / 64, e.g. a grammar's token mask): the other tokens are out
+    // before any filter runs, so they are never drawn, greedy included. Throws cellm::Error on an empty row, a
+    // recent or biased token outside the vocabulary, a mask shorter than the row, or a mask allowing nothing.
+    int32_t sample(std::span<const float> logits, std::span<const int32_t> recent_tokens,
+                   std::span<const uint64_t> allowed = {});
 
 private:
     struct Candidate {
@@ -47,7 +53,9 @@ private:
     }
 
     bool penalizes() const;  // whether the parameters ask for any penalty
+    void add_bias();
     void penalize(std::span<const int32_t> recent_tokens);
+    void keep_allowed(std::span<const uint64_t> allowed);
     void keep_top_k();
     void select_top_k(size_t k);
     void keep_top_p();

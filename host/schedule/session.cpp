@@ -2,6 +2,10 @@
 
 #include "error.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 namespace cellm {
 
 namespace {
@@ -30,10 +34,14 @@ void Session::start_turn(std::vector<int32_t> prompt) {
     }
     result_ = SessionResult{};
     result_.prompt_tokens = static_cast<int32_t>(prompt.size());
+    if (options_.logprobs) result_.logprob_row_size = 1 + static_cast<size_t>(std::max(options_.top_logprobs, 0));
     context_ = std::move(prompt);
     sampler_.emplace(options_.sampling);
     decoder_.emplace(*tokenizer_);
     stops_.emplace(options_.stop);
+    matcher_.reset();
+    allowed_.clear();
+    if (options_.grammar) matcher_.emplace(options_.grammar);
     submitted_ = Clock::now();
     last_token_at_.reset();
     cancel_requested_ = false;
@@ -47,7 +55,21 @@ void Session::emit(const std::string& text) {
 
 bool Session::accept_logits(std::span<const float> logits, int32_t context_length) {
     // Rows past the tokenizer's vocabulary (padded embeddings) are not tokens: never sample them.
-    const int32_t token = sampler_->sample(logits.first(static_cast<size_t>(tokenizer_->n_vocab())), context_);
+    if (matcher_) {
+        allowed_.resize(matcher_->mask_words());
+        matcher_->fill_mask(allowed_);
+    }
+    int32_t token = -1;
+    try {
+        token = sampler_->sample(logits.first(static_cast<size_t>(tokenizer_->n_vocab())), context_, allowed_);
+    } catch (const Error& e) {
+        // A grammar that no token of this vocabulary can continue ends this turn, not the others' steps.
+        if (!matcher_) throw;
+        finish("error", std::string("grammar: ") + e.what());
+        return false;
+    }
+    if (matcher_ && !matcher_->accept_token(token)) throw Error("the grammar refused the token it allowed");
+    record_logprobs(logits, token);
     const auto now = Clock::now();
     if (last_token_at_) {
         result_.inter_token_ms.push_back(ms_between(*last_token_at_, now));
@@ -79,6 +101,40 @@ bool Session::accept_logits(std::span<const float> logits, int32_t context_lengt
         return false;
     }
     return true;
+}
+
+void Session::record_logprobs(std::span<const float> logits, int32_t token) {
+    if (!options_.logprobs) return;
+    if (tokenizer_->is_end_of_generation(token) && !options_.ignore_end_of_generation) return;  // not in tokens
+    const std::span<const float> row = logits.first(static_cast<size_t>(tokenizer_->n_vocab()));
+    // log p(t) = logit(t) - (max + log sum exp(logit - max)), in double; a NaN logit counts as -inf.
+    const auto logit = [&](size_t t) {
+        return std::isnan(row[t]) ? -std::numeric_limits<double>::infinity() : static_cast<double>(row[t]);
+    };
+    double max = -std::numeric_limits<double>::infinity();
+    for (size_t t = 0; t < row.size(); ++t) max = std::max(max, logit(t));
+    double sum = 0;
+    if (std::isfinite(max)) {
+        for (size_t t = 0; t < row.size(); ++t) sum += std::exp(logit(t) - max);
+    }
+    const double log_total = std::isfinite(max) ? max + std::log(sum) : max;
+    const auto logprob = [&](size_t t) { return static_cast<float>(logit(t) - log_total); };
+    result_.logprobs.push_back({token, logprob(static_cast<size_t>(token))});
+
+    // The best top_logprobs ids, kept sorted in a short list (at most 20): most ids fail the first comparison.
+    const size_t n = result_.logprob_row_size - 1;
+    std::vector<size_t> best;
+    best.reserve(n + 1);
+    for (size_t t = 0; t < row.size() && n > 0; ++t) {
+        if (best.size() == n && !(logit(t) > logit(best.back()))) continue;
+        auto at = best.end();
+        while (at != best.begin() && logit(t) > logit(*(at - 1))) --at;
+        best.insert(at, t);
+        if (best.size() > n) best.pop_back();
+    }
+    for (size_t t : best) result_.logprobs.push_back({static_cast<int32_t>(t), logprob(t)});
+    // A vocabulary smaller than top_logprobs: pad so every row has the same size.
+    for (size_t i = best.size(); i < n; ++i) result_.logprobs.push_back({-1, -std::numeric_limits<float>::infinity()});
 }
 
 void Session::finish(std::string reason, std::string error) {

@@ -3,6 +3,7 @@
 // when a session's tokens go through the engine; the session decides what each new token means.
 #pragma once
 
+#include "grammar/matcher.h"
 #include "schedule/sampler.h"
 #include "tokenize/tokenizer.h"
 
@@ -32,6 +33,11 @@ struct SessionOptions {
     std::vector<std::string> stop;
     int32_t priority = priority::interactive;
     bool ignore_end_of_generation = false;  // benchmarks: always generate max_tokens
+    bool logprobs = false;      // record each generated token's log-probability (SessionResult::logprobs)
+    int32_t top_logprobs = 0;   // and that many of the most likely tokens at each step
+    // Constrained decoding: every token keeps the text a prefix of the grammar's language, and
+    // end-of-generation comes only where the grammar may end. Null: free text.
+    std::shared_ptr<const grammar::CompiledGrammar> grammar;
     // Receives printable text as it is produced (complete UTF-8, stop strings never shown). Called on the
     // thread that runs the scheduler's step; it may cancel sessions.
     std::function<void(std::string_view)> on_text;
@@ -50,6 +56,13 @@ enum class SessionState {
     Running,  // admitted: its tokens go into the next steps
 };
 
+// A token and its log-probability: the log-softmax of the model's logits for one step, before bias, penalties
+// and the other filters.
+struct TokenLogprob {
+    int32_t token;
+    float logprob;
+};
+
 // What one turn produced, and how long it took.
 struct SessionResult {
     std::string text;
@@ -62,6 +75,10 @@ struct SessionResult {
     int32_t preemptions = 0;
     std::string finish_reason;    // "eog", "stop", "length", "context", "cancelled" or "error"
     std::string error;            // why, when finish_reason is "error"
+    // With options.logprobs, one row per entry of `tokens`: the generated token, then the top_logprobs most
+    // likely ones, best first (lower id first among equals). logprob_row_size is 1 + top_logprobs, else 0.
+    std::vector<TokenLogprob> logprobs;
+    size_t logprob_row_size = 0;
 
     double decode_tok_s() const;
     double prefill_tok_s() const;  // prompt tokens computed (not reused) per second until the first token
@@ -89,6 +106,8 @@ public:
 private:
     friend class Scheduler;
     void emit(const std::string& text);
+    // With options.logprobs, the row of the token just sampled from `logits`, if the token joins the result.
+    void record_logprobs(std::span<const float> logits, int32_t token);
 
     SessionId id_;
     SessionOptions options_;
@@ -97,6 +116,8 @@ private:
     std::optional<Sampler> sampler_;
     std::optional<StreamDecoder> decoder_;
     std::optional<StopMatcher> stops_;
+    std::optional<grammar::GrammarMatcher> matcher_;  // this turn's parse, with options.grammar
+    std::vector<uint64_t> allowed_;                   // the matcher's mask for the step at hand
     SessionResult result_;
     SessionState state_ = SessionState::Idle;
 

@@ -35,6 +35,7 @@ struct cellm_session {
     // What get_text, get_tokens, get_stats and poll hand out, valid until the next call on this session.
     std::string text, error, event_text;
     std::vector<int32_t> tokens;
+    std::vector<cellm_logprob> logprobs;
 };
 
 namespace {
@@ -90,6 +91,8 @@ cellm_result guarded(Body&& body) noexcept {
         return fail(CELLM_E_CLOSED, e.what());
     } catch (const TimeoutError& e) {
         return fail(CELLM_E_TIMEOUT, e.what());
+    } catch (const cellm::grammar::GrammarError& e) {
+        return fail(CELLM_E_GRAMMAR, e.what());
     } catch (const std::bad_alloc&) {
         return fail(CELLM_E_INTERNAL, "out of memory");
     } catch (const std::exception& e) {
@@ -115,6 +118,8 @@ void require_size(const T& s, size_t v1_size, const char* what) {
     }
 }
 #define CELLM_V1_SIZE(type, last_field) (offsetof(type, last_field) + sizeof(type::last_field))
+// Whether a caller's struct is new enough to hold `field` (a field added after 1.0).
+#define CELLM_COVERS(s, type, field) ((s).struct_size >= offsetof(type, field) + sizeof(type::field))
 
 std::string text_arg(const char* s, const char* what) { return &require(s, what); }
 
@@ -123,7 +128,42 @@ uint64_t random_seed() {
     return (static_cast<uint64_t>(device()) << 32) | device();
 }
 
-cellm::SessionOptions to_session_options(const cellm_session_options& o) {
+// The fields added in 1.4 that are not the grammar's: logit bias and log-probabilities.
+void take_bias_and_logprobs(const cellm_session_options& o, const EngineCore& core, cellm::SessionOptions& s) {
+    if (CELLM_COVERS(o, cellm_session_options, n_logit_bias) && o.n_logit_bias > 0) {
+        if (o.logit_bias == nullptr) throw ArgumentError("logit_bias is NULL but n_logit_bias is not 0");
+        const int32_t n_vocab = core.tokenizer().n_vocab();
+        for (size_t i = 0; i < o.n_logit_bias; ++i) {
+            const cellm_logit_bias& b = o.logit_bias[i];
+            const std::string which = "logit_bias[" + std::to_string(i) + "]";
+            if (b.token < 0 || b.token >= n_vocab) {
+                throw ArgumentError(which + ".token " + std::to_string(b.token) + " is outside the vocabulary (0.." +
+                                    std::to_string(n_vocab - 1) + ")");
+            }
+            if (!std::isfinite(b.bias)) throw ArgumentError(which + ".bias must be a finite number");
+            s.sampling.logit_bias.emplace_back(b.token, b.bias);
+        }
+    }
+    if (CELLM_COVERS(o, cellm_session_options, top_logprobs)) {
+        if (o.top_logprobs < 0 || o.top_logprobs > 20) throw ArgumentError("top_logprobs must be in [0, 20]");
+        if (o.top_logprobs > 0 && o.logprobs == 0) throw ArgumentError("top_logprobs needs logprobs");
+        s.logprobs = o.logprobs != 0;
+        s.top_logprobs = o.top_logprobs;
+    } else if (CELLM_COVERS(o, cellm_session_options, logprobs)) {
+        s.logprobs = o.logprobs != 0;
+    }
+}
+
+// The 1.4 grammar fields: compiled here, on the caller's thread (or found in the engine's cache).
+void take_grammar(const cellm_session_options& o, const EngineCore& core, cellm::SessionOptions& s) {
+    if (!CELLM_COVERS(o, cellm_session_options, json_schema)) return;
+    if (o.grammar != nullptr && o.json_schema != nullptr) throw ArgumentError("set at most one of grammar and json_schema");
+    using Kind = cellm::grammar::GrammarCache::Kind;
+    if (o.grammar != nullptr) s.grammar = core.grammars().get(Kind::Gbnf, o.grammar);
+    if (o.json_schema != nullptr) s.grammar = core.grammars().get(Kind::JsonSchema, o.json_schema);
+}
+
+cellm::SessionOptions to_session_options(const cellm_session_options& o, const EngineCore& core) {
     require_size(o, CELLM_V1_SIZE(cellm_session_options, user_data), "cellm_session_options");
     const auto check = [](bool ok, const char* message) {
         if (!ok) throw ArgumentError(message);
@@ -150,13 +190,15 @@ cellm::SessionOptions to_session_options(const cellm_session_options& o) {
         s.stop.emplace_back(o.stop[i]);
     }
     s.priority = o.priority;
+    take_bias_and_logprobs(o, core, s);
+    take_grammar(o, core, s);
     return s;
 }
 
 cellm::SessionOptions default_session_options(const cellm_engine& engine) {
     cellm_session_options o;
     if (cellm_session_options_init(&engine, &o) != CELLM_SUCCESS) throw Error(last_error);
-    return to_session_options(o);
+    return to_session_options(o, *engine.core);
 }
 
 EngineCore& open_core(const cellm_session* session) {
@@ -215,6 +257,7 @@ const char* cellm_result_name(cellm_result result) {
         case CELLM_E_TIMEOUT: return "CELLM_E_TIMEOUT";
         case CELLM_E_INTERNAL: return "CELLM_E_INTERNAL";
         case CELLM_E_TOO_LONG: return "CELLM_E_TOO_LONG";
+        case CELLM_E_GRAMMAR: return "CELLM_E_GRAMMAR";
     }
     return "CELLM_E_UNKNOWN";
 }
@@ -394,6 +437,27 @@ cellm_result cellm_engine_tokenize(const cellm_engine* engine, const char* text,
     });
 }
 
+cellm_result cellm_engine_detokenize(const cellm_engine* engine, const int32_t* tokens, size_t n_tokens, char* text,
+                                     size_t capacity, size_t* length) {
+    return guarded([&] {
+        const EngineCore& core = *require(engine, "engine").core;
+        size_t& size = require(length, "length");
+        if (n_tokens > 0) require(tokens, "tokens");
+        if (capacity > 0) require(text, "text");
+        if (core.closed()) throw cellm::sdk::ClosedError("the engine was closed");
+        const cellm::Tokenizer& t = core.tokenizer();
+        for (size_t i = 0; i < n_tokens; ++i) {
+            if (tokens[i] < 0 || tokens[i] >= t.n_vocab()) {
+                throw PromptError("token " + std::to_string(i) + " (id " + std::to_string(tokens[i]) +
+                                  ") is outside the vocabulary of " + std::to_string(t.n_vocab()));
+            }
+        }
+        const std::string bytes = t.decode(std::span<const int32_t>(tokens, n_tokens));
+        size = bytes.size();
+        std::copy_n(bytes.begin(), std::min(capacity, bytes.size()), text);
+    });
+}
+
 cellm_result cellm_list_backends(const char* plugin_path, cellm_backend_fn fn, void* user_data) {
     return guarded([&] {
         require(fn, "fn");
@@ -409,14 +473,20 @@ cellm_result cellm_list_backends(const char* plugin_path, cellm_backend_fn fn, v
 
 // ---- Sessions ----------------------------------------------------------------------------------------------
 
-cellm_result cellm_session_options_init(const cellm_engine* engine, cellm_session_options* options) {
+cellm_result cellm_session_options_init_size(const cellm_engine* engine, cellm_session_options* options, size_t size) {
     return guarded([&] {
         const cellm_engine& e = require(engine, "engine");
-        cellm_session_options& o = require(options, "options");
+        require(options, "options");
+        if (size < CELLM_V1_SIZE(cellm_session_options, user_data)) {
+            throw ArgumentError("cellm_session_options of " + std::to_string(size) + " bytes is smaller than 1.0's");
+        }
         if (e.core->closed()) throw cellm::sdk::ClosedError("the engine was closed");
         const cellm::GenerationConfig& g = e.core->manifest().generation;
-        std::memset(&o, 0, sizeof(o));
-        o.struct_size = sizeof(o);
+        // The caller's struct, whichever header it was built with; the fields past 1.3's are zero: off.
+        std::memset(options, 0, size);
+        // Filled in a whole struct of this header, then the caller's part of it copied.
+        cellm_session_options o{};
+        o.struct_size = size;
         o.temperature = g.sampling.temperature;
         o.top_k = g.sampling.top_k;
         o.top_p = g.sampling.top_p;
@@ -431,7 +501,13 @@ cellm_result cellm_session_options_init(const cellm_engine* engine, cellm_sessio
         o.stop = e.stop_strings.empty() ? nullptr : e.stop_strings.data();
         o.n_stop = e.stop_strings.size();
         o.priority = cellm::priority::interactive;
+        std::memcpy(options, &o, std::min(size, sizeof o));
     });
+}
+
+#undef cellm_session_options_init
+cellm_result cellm_session_options_init(const cellm_engine* engine, cellm_session_options* options) {
+    return cellm_session_options_init_size(engine, options, CELLM_V1_SIZE(cellm_session_options, user_data));
 }
 
 cellm_result cellm_session_create(cellm_engine* engine, const cellm_session_options* options, cellm_session** session) {
@@ -439,7 +515,8 @@ cellm_result cellm_session_create(cellm_engine* engine, const cellm_session_opti
     return guarded([&] {
         cellm_engine& e = require(engine, "engine");
         require(session, "session");
-        cellm::SessionOptions o = options != nullptr ? to_session_options(*options) : default_session_options(e);
+        cellm::SessionOptions o = options != nullptr ? to_session_options(*options, *e.core)
+                                                          : default_session_options(e);
         std::unique_ptr<cellm_session> handle(new_handle(e.core, options != nullptr ? options->on_event : nullptr,
                                                          options != nullptr ? options->user_data : nullptr));
         handle->id = e.core->create(std::move(o), handle->channel);
@@ -450,7 +527,7 @@ cellm_result cellm_session_create(cellm_engine* engine, const cellm_session_opti
 cellm_result cellm_session_configure(cellm_session* session, const cellm_session_options* options) {
     return guarded([&] {
         EngineCore& core = open_core(session);
-        cellm::SessionOptions o = to_session_options(require(options, "options"));
+        cellm::SessionOptions o = to_session_options(require(options, "options"), core);
         core.reconfigure(session->id, std::move(o));
         session->callback = options->on_event;
         session->user_data = options->user_data;
@@ -639,6 +716,24 @@ cellm_result cellm_session_get_tokens(cellm_session* session, const int32_t** to
         session->tokens = core.with_session(session->id, [](const cellm::Session& s) { return s.result().tokens; });
         *tokens = session->tokens.data();
         n = session->tokens.size();
+    });
+}
+
+cellm_result cellm_session_get_logprobs(cellm_session* session, const cellm_logprob** entries, size_t* n_tokens,
+                                        size_t* row_size) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        require(entries, "entries");
+        size_t& n = require(n_tokens, "n_tokens");
+        size_t& width = require(row_size, "row_size");
+        session->logprobs.clear();
+        core.with_session(session->id, [&](const cellm::Session& s) {
+            const cellm::SessionResult& r = s.result();
+            width = r.logprob_row_size;
+            for (const cellm::TokenLogprob& e : r.logprobs) session->logprobs.push_back({e.token, e.logprob});
+        });
+        n = width > 0 ? session->logprobs.size() / width : 0;
+        *entries = session->logprobs.data();
     });
 }
 

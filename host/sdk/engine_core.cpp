@@ -131,6 +131,7 @@ EngineCore::EngineCore(Manifest manifest, int32_t max_sessions)
     runtime_ = std::make_unique<Runtime>(manifest_, max_sessions_);
     if (manifest_.sampling_from_model) take_model_sampling(runtime_->model().file(), manifest_.generation.sampling);
     prompt_ = std::make_unique<PromptBuilder>(tokenizer(), manifest_.chat);
+    grammars_ = std::make_unique<grammar::GrammarCache>(tokenizer());
     SchedulerOptions options;
     options.token_budget = manifest_.scheduler.token_budget;
     options.max_running = max_sessions_;

@@ -7,6 +7,7 @@
 #include <cellm/cellm.h>
 
 #include "error.h"
+#include "grammar/grammar_cache.h"
 #include "manifest.h"
 #include "tokenize/prompt.h"
 #include "runtime.h"
@@ -78,6 +79,8 @@ public:
     const Manifest& manifest() const { return manifest_; }
     const Tokenizer& tokenizer() const { return runtime_->model().tokenizer(); }
     const PromptBuilder& prompt() const { return *prompt_; }
+    // Compiled grammars for this model's tokenizer; any thread, without the scheduler's lock.
+    grammar::GrammarCache& grammars() const { return *grammars_; }
     const Runtime& runtime() const { return *runtime_; }
     int32_t max_sessions() const { return max_sessions_; }
     const char* model_name() const { return model_name_.c_str(); }
@@ -134,6 +137,7 @@ private:
     std::unique_ptr<PromptBuilder> prompt_;
     std::unique_ptr<Scheduler> scheduler_;
     std::unique_ptr<ImagePrompter> images_;  // made at the first prompt with images
+    std::unique_ptr<grammar::GrammarCache> grammars_;
 
     std::mutex mutex_;
     std::condition_variable wake_;      // the scheduler thread: new work, a caller waiting, or close

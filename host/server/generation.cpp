@@ -45,6 +45,14 @@ void check_takes_images(cellm_engine* engine, const CompletionRequest& request) 
 
 }  // namespace
 
+std::string token_piece(cellm_engine* engine, int32_t token) {
+    size_t length = 0;
+    expect(cellm_engine_detokenize(engine, &token, 1, nullptr, 0, &length));
+    std::string piece(length, '\0');
+    expect(cellm_engine_detokenize(engine, &token, 1, piece.data(), piece.size(), &length));
+    return piece;
+}
+
 InFlight::Ticket InFlight::enter() {
     const std::lock_guard lock(mutex_);
     if (draining_) return nullptr;
@@ -63,7 +71,7 @@ void InFlight::drain(std::chrono::milliseconds grace) {
     if (!idle_.wait_for(lock, grace, [this] { return active_ == 0; })) cancelling_ = true;
 }
 
-Generation::Generation(cellm_engine* engine, const CompletionRequest& request, const std::string& name,
+Generation::Generation(cellm_engine* engine, const CompletionRequest& request, int32_t choice, const std::string& name,
                        InFlight::Ticket ticket, Metrics& metrics)
     : ticket_(std::move(ticket)), metrics_(metrics) {
     check_takes_images(engine, request);
@@ -71,10 +79,12 @@ Generation::Generation(cellm_engine* engine, const CompletionRequest& request, c
     options.struct_size = sizeof options;
     expect(cellm_session_options_init(engine, &options));
     std::vector<const char*> stop;
-    apply_sampling(request, options, stop);
+    apply_sampling(request, choice, options, stop);
     options.name = name.c_str();
     cellm_session* session = nullptr;
-    expect(cellm_session_create(engine, &options, &session));
+    const cellm_result created = cellm_session_create(engine, &options, &session);
+    if (created == CELLM_E_GRAMMAR) throw ApiError(400, cellm_last_error(), "invalid_value", request.constraint_param);
+    expect(created);
     session_.reset(session);
 
     submitted_ = std::chrono::steady_clock::now();
@@ -104,14 +114,14 @@ Generation::~Generation() {
     if (session_) count_tokens();
 }
 
-std::optional<cellm_event> Generation::next() {
+std::optional<cellm_event> Generation::next(int32_t timeout_ms) {
     if (!cancel_sent_ && ticket_->cancelling()) {
         cellm_session_cancel(session_.get());
         cancel_sent_ = true;
     }
     cellm_event event{};
     event.struct_size = sizeof event;
-    const cellm_result result = cellm_session_poll(session_.get(), kPollMs, &event);
+    const cellm_result result = cellm_session_poll(session_.get(), timeout_ms, &event);
     if (result == CELLM_E_TIMEOUT) return std::nullopt;
     expect(result);
 
@@ -156,6 +166,13 @@ std::string Generation::text() {
     size_t length = 0;
     expect(cellm_session_get_text(session_.get(), &text, &length));
     return {text, length};
+}
+
+std::vector<cellm_logprob> Generation::logprobs(size_t* row_size) {
+    const cellm_logprob* entries = nullptr;
+    size_t n_tokens = 0;
+    expect(cellm_session_get_logprobs(session_.get(), &entries, &n_tokens, row_size));
+    return {entries, entries + n_tokens * *row_size};
 }
 
 // Once per request, whichever way it ends. Also runs from the destructor, so it never throws: a session

@@ -1,6 +1,6 @@
-// One request's turn on the engine and the bookkeeping around it: the session (destroyed on every path, so a
-// failed or abandoned request never keeps KV blocks), the latency histograms and token counters, and the
-// server-wide count of requests in flight that shutdown waits on.
+// One choice's turn on the engine (a request has n of them) and the bookkeeping around it: the session
+// (destroyed on every path, so a failed or abandoned request never keeps KV blocks), the latency histograms and
+// token counters, and the server-wide count of sessions in flight that shutdown waits on.
 //
 // Events are polled (the session has no on_event callback): the request's own thread waits on its session
 // with a short timeout, so between events it can notice a client that went away and a shutdown that gave up
@@ -19,8 +19,13 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace cellm::server {
+
+// The bytes of one token (cellm_engine_detokenize), as logprobs and /tokenize show it. Throws ApiError (500) when
+// the engine refuses.
+std::string token_piece(cellm_engine* engine, int32_t token);
 
 // The requests holding a session. Shutdown stops admitting new ones, waits a grace period for the running
 // ones, then asks the rest to cancel.
@@ -54,18 +59,19 @@ public:
     // How long one poll waits for an event: the delay before a silent disconnect or a shutdown is noticed.
     static constexpr int32_t kPollMs = 100;
 
-    // Creates the session with the request's settings and submits its prompt, with its images if it has any.
-    // Throws ApiError: 400 for a prompt that can never run (code context_length_exceeded), for images when the
-    // model takes none and for an image the engine cannot decode, 500 for an engine failure.
-    Generation(cellm_engine* engine, const CompletionRequest& request, const std::string& name,
+    // Creates the session of choice `choice` with the request's settings and submits its prompt, with its images
+    // if it has any. Throws ApiError: 400 for a prompt that can never run (code context_length_exceeded), for a
+    // grammar or schema the engine refuses (param: the field it came from), for images when the model takes none
+    // and for an image the engine cannot decode, 500 for an engine failure.
+    Generation(cellm_engine* engine, const CompletionRequest& request, int32_t choice, const std::string& name,
                InFlight::Ticket ticket, Metrics& metrics);
     ~Generation();
     Generation(const Generation&) = delete;
     Generation& operator=(const Generation&) = delete;
 
-    // The next event, or nullopt when none came within kPollMs. When shutdown stops waiting, the turn is
+    // The next event, or nullopt when none came within `timeout_ms`. When shutdown stops waiting, the turn is
     // cancelled here, so it still ends with a DONE event. The event's text is valid until the next call.
-    std::optional<cellm_event> next();
+    std::optional<cellm_event> next(int32_t timeout_ms = kPollMs);
     // Waits for the end of the turn and returns how it ended.
     cellm_finish_reason wait();
     // The client is gone: the session and its KV blocks are freed now.
@@ -74,6 +80,8 @@ public:
     // Of the turn (after DONE: final). The error string is valid until the next call on this object.
     cellm_session_stats stats();
     std::string text();
+    // The log-probability rows so far (cellm_session_get_logprobs): *row_size entries per generated token.
+    std::vector<cellm_logprob> logprobs(size_t* row_size);
 
 private:
     void count_tokens();

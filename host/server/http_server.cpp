@@ -34,7 +34,9 @@ constexpr Route kRoutes[] = {{"/v1/chat/completions", "POST"},
                              {"/v1/completions", "POST"},
                              {"/v1/models", "GET"},
                              {"/health", "GET"},
-                             {"/metrics", "GET"}};
+                             {"/metrics", "GET"},
+                             {"/tokenize", "POST"},
+                             {"/detokenize", "POST"}};
 
 const Route* find_route(const std::string& path) {
     for (const Route& route : kRoutes) {
@@ -128,45 +130,132 @@ bool send_event(httplib::DataSink& sink, const std::string& data) {
     return sink.write(event.data(), event.size());
 }
 
-// The SSE answer: role chunk (chat), text chunks, final chunk, usage chunk (include_usage), [DONE]. False
-// when the client is gone.
-bool stream_events(Generation& generation, const ResponseMeta& meta, httplib::DataSink& sink) {
-    if (meta.endpoint == Endpoint::chat && !send_event(sink, dump(role_chunk(meta)))) return false;
-    while (true) {
-        const std::optional<cellm_event> event = generation.next();
-        if (!event) {
-            // Nothing to send for now (a long prompt, a busy engine): make sure the client still listens.
-            if (!sink.is_writable()) return false;
-            continue;
-        }
-        if (event->kind == CELLM_EVENT_TEXT) {
-            if (!send_event(sink, dump(text_chunk(meta, {event->text, event->text_len})))) return false;
-            continue;
-        }
-        const cellm_session_stats stats = generation.stats();
-        // Too late for an error status once streaming: the error goes out as an event, as OpenAI's servers do.
-        const bool sent = event->finish_reason == CELLM_FINISH_ERROR
-                              ? send_event(sink, dump(error_json(generation_failed(stats))))
-                              : send_event(sink, dump(finish_chunk(meta, event->finish_reason))) &&
-                                    (!meta.include_usage || send_event(sink, dump(usage_chunk(meta, stats))));
-        if (!sent || !send_event(sink, "[DONE]")) return false;
-        sink.done();
-        return true;
+// A request's choices, one session each.
+using Generations = std::vector<std::unique_ptr<Generation>>;
+
+// With n > 1, each pass asks every choice without waiting; only a pass with no news waits, this long, on one of
+// them, so no choice's events wait on another's poll.
+constexpr int32_t kIdlePollMs = 5;
+
+// Where one streamed choice stands.
+struct StreamedChoice {
+    Generation* generation;
+    size_t rows_sent = 0;     // log-probability rows already sent
+    size_t text_offset = 0;   // completions' logprobs.text_offset of the next token
+    bool done = false;
+};
+
+// The log-probabilities of the tokens of `choice` from the last ones sent up to `up_to` (all: SIZE_MAX), in the
+// endpoint's shape; null when the request did not ask for them or there are none.
+Json next_logprobs(const ResponseMeta& meta, StreamedChoice& choice, size_t up_to, cellm_engine* engine) {
+    if (!meta.logprobs) return nullptr;
+    size_t row_size = 0;
+    const std::vector<cellm_logprob> entries = choice.generation->logprobs(&row_size);
+    const size_t rows = std::min(up_to, row_size > 0 ? entries.size() / row_size : 0);
+    const size_t first = std::min(choice.rows_sent, rows);
+    if (first == rows) return nullptr;
+    const LogprobRows span{std::span(entries).subspan(first * row_size, (rows - first) * row_size), row_size,
+                           [engine](int32_t token) { return token_piece(engine, token); }};
+    choice.rows_sent = rows;
+    return meta.endpoint == Endpoint::chat ? chat_logprobs_json(span) : completion_logprobs_json(span, choice.text_offset);
+}
+
+// The SSE answer: per choice a role chunk (chat), text chunks and a final chunk, interleaved as they come; then a
+// usage chunk (include_usage) and [DONE]. False when the client is gone.
+bool stream_events(Generations& generations, const ResponseMeta& meta, httplib::DataSink& sink, cellm_engine* engine) {
+    std::vector<StreamedChoice> choices;
+    for (const auto& g : generations) choices.push_back({g.get()});
+    for (size_t i = 0; i < choices.size() && meta.endpoint == Endpoint::chat; ++i) {
+        if (!send_event(sink, dump(role_chunk(meta, static_cast<int32_t>(i))))) return false;
     }
+    Usage usage;
+    size_t running = choices.size();
+    bool failed = false;
+    // Sends what one event means; false when the client is gone. A failed turn sets `failed`.
+    const auto handle = [&](size_t i, const cellm_event& event) {
+        StreamedChoice& choice = choices[i];
+        const auto index = static_cast<int32_t>(i);
+        if (event.kind == CELLM_EVENT_TEXT) {
+            Json logprobs = next_logprobs(meta, choice, static_cast<size_t>(event.generated_tokens), engine);
+            return send_event(sink, dump(text_chunk(meta, index, {event.text, event.text_len}, std::move(logprobs))));
+        }
+        const cellm_session_stats stats = choice.generation->stats();
+        choice.done = true;
+        --running;
+        // Too late for an error status once streaming: the error goes out as an event, as OpenAI's servers do.
+        if (event.finish_reason == CELLM_FINISH_ERROR) {
+            failed = true;
+            return send_event(sink, dump(error_json(generation_failed(stats))));
+        }
+        usage.add(stats);
+        // Tokens whose text never showed (a stop string's) still have their rows.
+        Json logprobs = next_logprobs(meta, choice, SIZE_MAX, engine);
+        return send_event(sink, dump(finish_chunk(meta, index, event.finish_reason, std::move(logprobs))));
+    };
+    while (running > 0 && !failed) {
+        bool any = false;
+        for (size_t i = 0; i < choices.size() && choices.size() > 1; ++i) {
+            if (choices[i].done) continue;
+            const std::optional<cellm_event> event = choices[i].generation->next(0);
+            if (!event) continue;
+            any = true;
+            if (!handle(i, *event)) return false;
+        }
+        if (any) continue;
+        // Nothing came: wait on the first choice still running.
+        const size_t i = static_cast<size_t>(std::find_if(choices.begin(), choices.end(), [](const StreamedChoice& c) {
+                                                 return !c.done;
+                                             }) - choices.begin());
+        const std::optional<cellm_event> event =
+            choices[i].generation->next(choices.size() > 1 ? kIdlePollMs : Generation::kPollMs);
+        if (event) {
+            if (!handle(i, *event)) return false;
+        } else if (!sink.is_writable()) {
+            // Nothing to send for now (a long prompt, a busy engine): make sure the client still listens.
+            return false;
+        }
+    }
+    if (failed) {
+        // The answer is lost as a whole: the other choices stop now.
+        for (const StreamedChoice& c : choices) {
+            if (!c.done) c.generation->abandon();
+        }
+    } else if (meta.include_usage && !send_event(sink, dump(usage_chunk(meta, usage)))) {
+        return false;
+    }
+    if (!send_event(sink, "[DONE]")) return false;
+    sink.done();
+    return true;
 }
 
 // The whole stream runs in one call of httplib's content provider: between calls httplib ends a response for
 // good once the server is stopping, which would cut streams off without their final chunk at shutdown.
-bool stream(Generation& generation, const ResponseMeta& meta, httplib::DataSink& sink) {
+bool stream(Generations& generations, const ResponseMeta& meta, httplib::DataSink& sink, cellm_engine* engine) {
     bool finished = false;
     try {
-        finished = stream_events(generation, meta, sink);
+        finished = stream_events(generations, meta, sink, engine);
     } catch (...) {
         // An engine failure mid-stream: nothing more can be said to the client, the connection just ends.
         // Nothing may escape: this runs on httplib's worker thread, outside its exception handling.
     }
-    if (!finished) generation.abandon();
+    if (!finished) {
+        for (const auto& g : generations) g->abandon();
+    }
     return finished;
+}
+
+// Whether `text` is valid UTF-8 (llama-server shows a piece that is not as its byte values).
+bool valid_utf8(std::string_view text) {
+    for (size_t i = 0; i < text.size();) {
+        const auto c = static_cast<unsigned char>(text[i]);
+        const size_t length = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+        if (length == 0 || i + length > text.size()) return false;
+        for (size_t k = 1; k < length; ++k) {
+            if ((static_cast<unsigned char>(text[i + k]) & 0xC0) != 0x80) return false;
+        }
+        i += length;
+    }
+    return true;
 }
 
 }  // namespace
@@ -176,6 +265,10 @@ HttpServer::HttpServer(cellm_engine* engine, ServerConfig config)
       started_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
       http_(std::make_unique<httplib::Server>()) {
+    cellm_engine_info info{};
+    info.struct_size = sizeof info;
+    if (cellm_engine_get_info(engine_, &info) != CELLM_SUCCESS) throw std::runtime_error(cellm_last_error());
+    n_vocab_ = info.n_vocab;
     httplib::Server& http = *http_;
     http.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
     http.set_payload_max_length(config_.max_body_bytes);
@@ -196,6 +289,19 @@ HttpServer::HttpServer(cellm_engine* engine, ServerConfig config)
                 // After the body: answering before it was read would leave it in the way of the next request.
                 authorize(request);
                 completions(body, response, endpoint);
+            });
+        });
+    }
+    // llama-server's tokenizer routes.
+    const std::pair<const char*, void (HttpServer::*)(const std::string&, httplib::Response&) const> token_routes[] = {
+        {"/tokenize", &HttpServer::tokenize}, {"/detokenize", &HttpServer::detokenize}};
+    for (const auto& [path, route] : token_routes) {
+        http.Post(path, [this, route = route](const httplib::Request& request, httplib::Response& response,
+                                              const httplib::ContentReader& reader) {
+            respond(response, [&] {
+                const std::string body = read_body(reader, response, config_.max_body_bytes);
+                authorize(request);
+                (this->*route)(body, response);
             });
         });
     }
@@ -288,26 +394,87 @@ void HttpServer::authorize(const httplib::Request& request) const {
 }
 
 void HttpServer::completions(const std::string& body, httplib::Response& response, Endpoint endpoint) {
-    const CompletionRequest parsed = parse_completion_request(endpoint, body);
+    const CompletionRequest parsed = parse_completion_request(endpoint, body, n_vocab_);
     if (parsed.model && *parsed.model != config_.model_id) throw model_not_found(*parsed.model);
-    InFlight::Ticket ticket = in_flight_.enter();
-    if (!ticket) throw ApiError(503, "the server is shutting down", "server_shutting_down", {}, "server_error");
 
-    const ResponseMeta meta = new_response_meta(endpoint, config_.model_id, parsed.stream && parsed.include_usage);
-    // Shared with the content provider, which httplib copies; the session goes when the response does.
-    auto generation = std::make_shared<Generation>(engine_, parsed, meta.id, std::move(ticket), metrics_);
+    ResponseMeta meta = new_response_meta(endpoint, config_.model_id, parsed.stream && parsed.include_usage);
+    meta.logprobs = parsed.logprobs;
+    // Shared with the content provider, which httplib copies; the sessions go when the response does.
+    auto generations = std::make_shared<Generations>();
+    for (int32_t i = 0; i < parsed.n; ++i) {
+        InFlight::Ticket ticket = in_flight_.enter();
+        if (!ticket) throw ApiError(503, "the server is shutting down", "server_shutting_down", {}, "server_error");
+        const std::string name = parsed.n == 1 ? meta.id : meta.id + "/" + std::to_string(i);
+        generations->push_back(std::make_unique<Generation>(engine_, parsed, i, name, std::move(ticket), metrics_));
+    }
     if (parsed.stream) {
         response.set_header("Cache-Control", "no-cache");
         response.set_chunked_content_provider("text/event-stream",
-                                              [generation, meta](size_t, httplib::DataSink& sink) {
-                                                  return stream(*generation, meta, sink);
+                                              [generations, meta, engine = engine_](size_t, httplib::DataSink& sink) {
+                                                  return stream(*generations, meta, sink, engine);
                                               });
         return;
     }
-    const cellm_finish_reason reason = generation->wait();
-    const cellm_session_stats stats = generation->stats();
-    if (reason == CELLM_FINISH_ERROR) throw generation_failed(stats);
-    send_json(response, 200, completion_json(meta, generation->text(), reason, stats));
+    std::vector<Choice> choices;
+    Usage usage;
+    for (const auto& generation : *generations) {
+        const cellm_finish_reason reason = generation->wait();
+        const cellm_session_stats stats = generation->stats();
+        if (reason == CELLM_FINISH_ERROR) throw generation_failed(stats);
+        usage.add(stats);
+        Json logprobs = nullptr;
+        if (parsed.logprobs) {
+            size_t row_size = 0;
+            const std::vector<cellm_logprob> entries = generation->logprobs(&row_size);
+            const LogprobRows rows{entries, row_size, [this](int32_t token) { return token_piece(engine_, token); }};
+            size_t text_offset = 0;
+            logprobs = endpoint == Endpoint::chat ? chat_logprobs_json(rows) : completion_logprobs_json(rows, text_offset);
+        }
+        choices.push_back({generation->text(), reason, std::move(logprobs)});
+    }
+    send_json(response, 200, completion_json(meta, choices, usage));
+}
+
+void HttpServer::tokenize(const std::string& body, httplib::Response& response) const {
+    const TokenizeRequest parsed = parse_tokenize_request(body);
+    size_t n = 0;
+    if (cellm_engine_tokenize(engine_, parsed.content.c_str(), parsed.add_special, nullptr, 0, &n) != CELLM_SUCCESS) {
+        throw ApiError(500, cellm_last_error(), "internal_error", {}, "server_error");
+    }
+    std::vector<int32_t> ids(n);
+    if (cellm_engine_tokenize(engine_, parsed.content.c_str(), parsed.add_special, ids.data(), ids.size(), &n) !=
+        CELLM_SUCCESS) {
+        throw ApiError(500, cellm_last_error(), "internal_error", {}, "server_error");
+    }
+    Json tokens = Json::array();
+    for (const int32_t id : ids) {
+        if (!parsed.with_pieces) {
+            tokens.push_back(id);
+            continue;
+        }
+        // As llama-server: the piece as text when it is valid UTF-8, else its byte values.
+        const std::string piece = token_piece(engine_, id);
+        Json shown = piece;
+        if (!valid_utf8(piece)) {
+            shown = Json::array();
+            for (const char c : piece) shown.push_back(static_cast<unsigned char>(c));
+        }
+        tokens.push_back({{"id", id}, {"piece", std::move(shown)}});
+    }
+    send_json(response, 200, {{"tokens", std::move(tokens)}});
+}
+
+void HttpServer::detokenize(const std::string& body, httplib::Response& response) const {
+    const std::vector<int32_t> ids = parse_detokenize_request(body, n_vocab_);
+    size_t length = 0;
+    if (cellm_engine_detokenize(engine_, ids.data(), ids.size(), nullptr, 0, &length) != CELLM_SUCCESS) {
+        throw ApiError(500, cellm_last_error(), "internal_error", {}, "server_error");
+    }
+    std::string text(length, '\0');
+    if (cellm_engine_detokenize(engine_, ids.data(), ids.size(), text.data(), text.size(), &length) != CELLM_SUCCESS) {
+        throw ApiError(500, cellm_last_error(), "internal_error", {}, "server_error");
+    }
+    send_json(response, 200, {{"content", text}});
 }
 
 void HttpServer::models(httplib::Response& response) const {

@@ -1,7 +1,8 @@
 // The OpenAI-compatible HTTP server of `cellm-host serve`, a client of libcellm (include/cellm/cellm.h) only.
 // Every completion request becomes one session on the one engine, so concurrent requests are batched by the
 // engine's scheduler. Routes: POST /v1/chat/completions, POST /v1/completions (JSON or Server-Sent Events),
-// GET /v1/models[/ID], GET /health, GET /metrics (Prometheus). Every error is OpenAI's JSON error shape.
+// GET /v1/models[/ID], GET /health, GET /metrics (Prometheus), and llama-server's POST /tokenize and
+// POST /detokenize. Every error is OpenAI's JSON error shape.
 #pragma once
 
 #include "generation.h"
@@ -54,6 +55,8 @@ public:
 private:
     void authorize(const httplib::Request& request) const;
     void completions(const std::string& body, httplib::Response& response, Endpoint endpoint);
+    void tokenize(const std::string& body, httplib::Response& response) const;
+    void detokenize(const std::string& body, httplib::Response& response) const;
     void models(httplib::Response& response) const;
     void model(const std::string& id, httplib::Response& response) const;
     void metrics(httplib::Response& response) const;
@@ -61,6 +64,7 @@ private:
     cellm_engine* engine_;
     ServerConfig config_;
     int64_t started_;  // unix seconds: the model's "created"
+    int32_t n_vocab_ = 0;  // what logit_bias and /detokenize ids must stay below
     Metrics metrics_;
     InFlight in_flight_;
     std::atomic<bool> finished_{false};

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cstdio>
 #include <limits>
 
@@ -82,7 +83,7 @@ std::optional<bool> boolean(const json& object, const char* key, const std::stri
 
 // Fields asking for something this server cannot do. Each is refused unless it holds the value that asks
 // for nothing, so clients that always send the defaults keep working.
-void refuse_unsupported(const json& body) {
+void refuse_unsupported(const json& body, Endpoint endpoint) {
     const auto given = [&](const char* key, const auto& harmless) {
         const json* value = field(body, key);
         return value != nullptr && !harmless(*value);
@@ -92,13 +93,12 @@ void refuse_unsupported(const json& body) {
     const auto is_zero = [](const json& v) { return v.is_number_integer() && v == 0; };
     const auto is_empty = [](const json& v) { return (v.is_string() || v.is_array() || v.is_object()) && v.empty(); };
 
-    if (given("n", is_one)) unsupported("n", "n must be 1: this server returns one choice per request");
-    if (given("best_of", is_one)) unsupported("best_of", "best_of must be 1: this server samples one answer");
+    if (given("best_of", is_one)) unsupported("best_of", "best_of must be 1: this server samples one answer per choice");
     if (given("echo", is_false)) unsupported("echo", "echo is not supported");
-    if (given("logprobs", is_false)) unsupported("logprobs", "logprobs are not supported");
-    if (given("top_logprobs", is_zero)) unsupported("top_logprobs", "top_logprobs are not supported");
+    if (endpoint == Endpoint::completion && given("top_logprobs", is_zero)) {
+        unsupported("top_logprobs", "top_logprobs is a chat field: the completions API takes logprobs: N (0..5)");
+    }
     if (given("suffix", is_empty)) unsupported("suffix", "suffix (insertion) is not supported");
-    if (given("logit_bias", is_empty)) unsupported("logit_bias", "logit_bias is not supported");
     for (const char* key : {"tools", "functions"}) {
         if (given(key, is_empty)) unsupported(key, std::string(key) + " (function calling) are not supported");
     }
@@ -108,9 +108,115 @@ void refuse_unsupported(const json& body) {
     if (given("tool_choice", [](const json& v) { return v == "none" || v == "auto"; })) {
         unsupported("tool_choice", "tool_choice is not supported: this server has no tools");
     }
-    if (given("response_format", [](const json& v) { return v.is_object() && v.value("type", json()) == "text"; })) {
-        unsupported("response_format", "response_format other than {\"type\": \"text\"} is not supported");
+}
+
+int32_t parse_n(const json& body) {
+    const std::optional<int64_t> n = integer(body, "n");
+    if (!n) return 1;
+    if (*n < 1 || *n > kMaxChoices) invalid("n", "n must be between 1 and " + std::to_string(kMaxChoices));
+    return static_cast<int32_t>(*n);
+}
+
+// Chat: logprobs (a boolean) and top_logprobs (0..20, OpenAI's range). Completions: logprobs is the number of
+// alternatives (0..5, OpenAI's range); the chosen token's log-probability always comes with it.
+void parse_logprobs(const json& body, Endpoint endpoint, CompletionRequest& r) {
+    if (endpoint == Endpoint::chat) {
+        r.logprobs = boolean(body, "logprobs", "logprobs").value_or(false);
+        const std::optional<int64_t> top = integer(body, "top_logprobs");
+        if (!top) return;
+        if (*top < 0 || *top > 20) invalid("top_logprobs", "top_logprobs must be between 0 and 20");
+        if (*top > 0 && !r.logprobs) invalid("top_logprobs", "top_logprobs needs logprobs: true");
+        r.top_logprobs = static_cast<int32_t>(*top);
+        return;
     }
+    const json* value = field(body, "logprobs");
+    if (!value) return;
+    if (!value->is_number_integer()) wrong_type("logprobs", "an integer between 0 and 5");
+    const std::optional<int64_t> top = integer(body, "logprobs");
+    if (*top < 0 || *top > 5) invalid("logprobs", "logprobs must be between 0 and 5");
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int32_t>(*top);
+}
+
+// {"TOKEN_ID": bias, ...}, OpenAI's shape: ids as decimal strings, biases in [-100, 100].
+std::vector<cellm_logit_bias> parse_logit_bias(const json& body, int32_t n_vocab) {
+    const json* bias = field(body, "logit_bias");
+    if (!bias) return {};
+    if (!bias->is_object()) wrong_type("logit_bias", "an object mapping token ids to biases");
+    std::vector<cellm_logit_bias> out;
+    for (const auto& [key, value] : bias->items()) {
+        const std::string shown = key.size() > 24 ? key.substr(0, 24) + "..." : key;
+        int64_t id = -1;
+        const char* end = key.data() + key.size();
+        const auto parsed = std::from_chars(key.data(), end, id);
+        if (parsed.ec != std::errc() || parsed.ptr != end || id < 0 || id >= n_vocab) {
+            invalid("logit_bias", "logit_bias key '" + shown + "' is not a token id of this model (0 to " +
+                                      std::to_string(n_vocab - 1) + ")");
+        }
+        if (!value.is_number()) wrong_type("logit_bias", "an object whose values are numbers");
+        const auto b = value.get<double>();
+        if (!(b >= -100 && b <= 100)) invalid("logit_bias", "logit_bias[\"" + shown + "\"] must be between -100 and 100");
+        out.push_back({static_cast<int32_t>(id), static_cast<float>(b)});
+    }
+    return out;
+}
+
+// A JSON Schema as the engine takes it: compact text. A schema is an object, or true / false.
+std::string schema_text(const json& schema, const std::string& param) {
+    if (!schema.is_object() && !schema.is_boolean()) wrong_type(param, "a JSON Schema (an object)");
+    return schema.dump();
+}
+
+// response_format (OpenAI's), grammar and json_schema (llama-server's): at most one may constrain the answer.
+void parse_constraint(const json& body, CompletionRequest& r) {
+    const auto take = [&](const char* param, std::optional<std::string>& slot, std::string text) {
+        if (r.grammar || r.json_schema) {
+            invalid(param, std::string("at most one of response_format, grammar and json_schema may be given; ") +
+                               r.constraint_param + " already is");
+        }
+        if (text.size() > kMaxGrammarBytes) {
+            invalid(param, std::string(param) + " is " + std::to_string(text.size()) + " bytes long; at most " +
+                               std::to_string(kMaxGrammarBytes) + " are accepted");
+        }
+        slot = std::move(text);
+        r.constraint_param = param;
+    };
+    if (const json* format = field(body, "response_format")) {
+        if (!format->is_object()) wrong_type("response_format", "an object");
+        const json* type = field(*format, "type");
+        if (!type || !type->is_string()) {
+            wrong_type("response_format.type", "\"text\", \"json_object\" or \"json_schema\"");
+        }
+        const std::string& kind = type->get_ref<const std::string&>();
+        if (kind == "json_object") {
+            // llama-server's extension: a schema may come with it.
+            const json* schema = field(*format, "schema");
+            take("response_format", r.json_schema,
+                 schema ? schema_text(*schema, "response_format.schema") : R"({"type":"object"})");
+        } else if (kind == "json_schema") {
+            const std::string param = "response_format.json_schema";
+            const json* spec = field(*format, "json_schema");
+            if (!spec) invalid(param, param + " is required", "missing_required_parameter");
+            if (!spec->is_object()) wrong_type(param, "an object {\"name\", \"schema\", \"strict\"}");
+            if (const json* name = field(*spec, "name"); name && !name->is_string()) wrong_type(param + ".name", "a string");
+            if (const json* strict = field(*spec, "strict"); strict && !strict->is_boolean()) {
+                wrong_type(param + ".strict", "a boolean");
+            }
+            // Without a schema any JSON value will do, as llama-server takes it. Strict or not, the schema is
+            // always enforced.
+            const json* schema = field(*spec, "schema");
+            take("response_format", r.json_schema, schema ? schema_text(*schema, param + ".schema") : "{}");
+        } else if (kind != "text") {
+            invalid("response_format.type", "response_format.type must be \"text\", \"json_object\" or "
+                    "\"json_schema\", not '" + kind + "'", "unsupported_value");
+        }
+    }
+    if (const json* grammar = field(body, "grammar")) {
+        if (!grammar->is_string()) wrong_type("grammar", "a string (a GBNF grammar)");
+        // llama-server reads an empty grammar as none.
+        if (!grammar->get_ref<const std::string&>().empty()) take("grammar", r.grammar, grammar->get<std::string>());
+    }
+    if (const json* schema = field(body, "json_schema")) take("json_schema", r.json_schema, schema_text(*schema, "json_schema"));
 }
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
@@ -271,13 +377,53 @@ std::optional<std::vector<std::string>> parse_stop(const json& body) {
     return out;
 }
 
-}  // namespace
-
-CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body) {
-    const json root = json::parse(body, nullptr, false);
+json parse_body(std::string_view body) {
+    json root = json::parse(body, nullptr, false);
     if (root.is_discarded()) throw ApiError(400, "the request body is not valid JSON", "invalid_json");
     if (!root.is_object()) throw ApiError(400, "the request body must be a JSON object", "invalid_json");
-    refuse_unsupported(root);
+    return root;
+}
+
+}  // namespace
+
+TokenizeRequest parse_tokenize_request(std::string_view body) {
+    const json root = parse_body(body);
+    TokenizeRequest r;
+    const json* content = field(root, "content");
+    if (!content) invalid("content", "content is required", "missing_required_parameter");
+    if (!content->is_string()) wrong_type("content", "a string");
+    r.content = content->get<std::string>();
+    r.add_special = boolean(root, "add_special", "add_special").value_or(false);
+    r.with_pieces = boolean(root, "with_pieces", "with_pieces").value_or(false);
+    if (!boolean(root, "parse_special", "parse_special").value_or(true)) {
+        invalid("parse_special", "parse_special false is not supported: special-token text is always parsed",
+                "unsupported_value");
+    }
+    return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view body, int32_t n_vocab) {
+    const json root = parse_body(body);
+    const json* tokens = field(root, "tokens");
+    if (!tokens) return {};
+    if (!tokens->is_array()) wrong_type("tokens", "an array of token ids");
+    std::vector<int32_t> ids;
+    for (const json& token : *tokens) {
+        if (!token.is_number_integer()) wrong_type("tokens", "an array of token ids");
+        const bool in_range = token.is_number_unsigned() ? token.get<uint64_t>() < static_cast<uint64_t>(n_vocab)
+                                                         : token.get<int64_t>() >= 0 && token.get<int64_t>() < n_vocab;
+        if (!in_range) {
+            invalid("tokens", "tokens[" + std::to_string(ids.size()) + "] = " + token.dump() +
+                                  " is not a token id of this model (0 to " + std::to_string(n_vocab - 1) + ")");
+        }
+        ids.push_back(token.get<int32_t>());
+    }
+    return ids;
+}
+
+CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view body, int32_t n_vocab) {
+    const json root = parse_body(body);
+    refuse_unsupported(root, endpoint);
 
     CompletionRequest r;
     r.endpoint = endpoint;
@@ -314,10 +460,14 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
         r.seed = seed->is_number_unsigned() ? seed->get<uint64_t>() : static_cast<uint64_t>(seed->get<int64_t>());
     }
     r.stop = parse_stop(root);
+    r.logit_bias = parse_logit_bias(root, n_vocab);
+    r.n = parse_n(root);
+    parse_logprobs(root, endpoint, r);
+    parse_constraint(root, r);
     return r;
 }
 
-void apply_sampling(const CompletionRequest& request, cellm_session_options& options,
+void apply_sampling(const CompletionRequest& request, int32_t choice, cellm_session_options& options,
                     std::vector<const char*>& stop_storage) {
     if (request.max_tokens) options.max_tokens = *request.max_tokens;
     if (request.temperature) options.temperature = *request.temperature;
@@ -327,13 +477,20 @@ void apply_sampling(const CompletionRequest& request, cellm_session_options& opt
     if (request.frequency_penalty) options.frequency_penalty = *request.frequency_penalty;
     if (request.presence_penalty) options.presence_penalty = *request.presence_penalty;
     if (request.repeat_penalty) options.repeat_penalty = *request.repeat_penalty;
-    if (request.seed) options.seed = *request.seed;
+    // Choices differ by seed; without one, each session drew its own.
+    if (request.seed) options.seed = *request.seed + static_cast<uint64_t>(choice);
     if (request.stop) {
         stop_storage.clear();
         for (const std::string& s : *request.stop) stop_storage.push_back(s.c_str());
         options.stop = stop_storage.data();
         options.n_stop = stop_storage.size();
     }
+    options.logit_bias = request.logit_bias.empty() ? nullptr : request.logit_bias.data();
+    options.n_logit_bias = request.logit_bias.size();
+    options.logprobs = request.logprobs ? 1 : 0;
+    options.top_logprobs = request.top_logprobs;
+    options.grammar = request.grammar ? request.grammar->c_str() : nullptr;
+    options.json_schema = request.json_schema ? request.json_schema->c_str() : nullptr;
 }
 
 }  // namespace cellm::server

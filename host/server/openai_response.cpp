@@ -1,6 +1,8 @@
 #include "openai_response.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 namespace cellm::server {
@@ -35,17 +37,84 @@ Json envelope(const ResponseMeta& meta, bool streamed, Json choices) {
 }
 
 // One streamed choice: chat carries a delta object, completions the text itself.
-Json chunk(const ResponseMeta& meta, Json content, const Json& finish_reason) {
-    Json choice = {{"index", 0}};
+Json chunk(const ResponseMeta& meta, int32_t index, Json content, Json logprobs, const Json& finish_reason) {
+    Json choice = {{"index", index}};
     choice[meta.endpoint == Endpoint::chat ? "delta" : "text"] = std::move(content);
-    choice["logprobs"] = nullptr;
+    choice["logprobs"] = std::move(logprobs);
     choice["finish_reason"] = finish_reason;
     Json j = envelope(meta, true, Json::array({std::move(choice)}));
     if (meta.include_usage) j["usage"] = nullptr;
     return j;
 }
 
+// JSON has no -inf: OpenAI writes an impossible token's log-probability as -9999.
+double finite_logprob(float logprob) { return std::isfinite(logprob) ? static_cast<double>(logprob) : -9999.0; }
+
+Json byte_values(const std::string& piece) {
+    Json bytes = Json::array();
+    for (const char c : piece) bytes.push_back(static_cast<unsigned char>(c));
+    return bytes;
+}
+
+// The code points a piece adds to a text: its bytes that do not continue a UTF-8 sequence.
+size_t code_points(const std::string& piece) {
+    return static_cast<size_t>(
+        std::count_if(piece.begin(), piece.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
 }  // namespace
+
+void Usage::add(const cellm_session_stats& choice) {
+    // Every choice has the same prompt; the first one's cache reuse is the request's.
+    if (choices++ == 0) {
+        prompt_tokens = choice.prompt_tokens;
+        cached_tokens = choice.cached_tokens;
+    }
+    completion_tokens += choice.generated_tokens;
+}
+
+Json chat_logprobs_json(const LogprobRows& rows) {
+    Json content = Json::array();
+    const auto entry = [&](const cellm_logprob& e) {
+        const std::string piece = rows.piece(e.token);
+        return Json{{"token", piece}, {"logprob", finite_logprob(e.logprob)}, {"bytes", byte_values(piece)}};
+    };
+    for (size_t at = 0; rows.row_size > 0 && at + rows.row_size <= rows.entries.size(); at += rows.row_size) {
+        Json token = entry(rows.entries[at]);
+        Json top = Json::array();
+        for (size_t j = 1; j < rows.row_size; ++j) {
+            if (rows.entries[at + j].token >= 0) top.push_back(entry(rows.entries[at + j]));
+        }
+        token["top_logprobs"] = std::move(top);
+        content.push_back(std::move(token));
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+Json completion_logprobs_json(const LogprobRows& rows, size_t& text_offset) {
+    Json tokens = Json::array(), token_logprobs = Json::array(), top_logprobs = Json::array(),
+         offsets = Json::array();
+    for (size_t at = 0; rows.row_size > 0 && at + rows.row_size <= rows.entries.size(); at += rows.row_size) {
+        const cellm_logprob& chosen = rows.entries[at];
+        const std::string piece = rows.piece(chosen.token);
+        tokens.push_back(piece);
+        token_logprobs.push_back(finite_logprob(chosen.logprob));
+        // The alternatives, and the chosen token when it is not among them (as OpenAI and vLLM answer).
+        Json top = Json::object();
+        for (size_t j = 1; j < rows.row_size; ++j) {
+            const cellm_logprob& e = rows.entries[at + j];
+            if (e.token >= 0) top[rows.piece(e.token)] = finite_logprob(e.logprob);
+        }
+        if (!top.contains(piece)) top[piece] = finite_logprob(chosen.logprob);
+        top_logprobs.push_back(std::move(top));
+        offsets.push_back(text_offset);
+        text_offset += code_points(piece);
+    }
+    return {{"tokens", std::move(tokens)},
+            {"token_logprobs", std::move(token_logprobs)},
+            {"top_logprobs", std::move(top_logprobs)},
+            {"text_offset", std::move(offsets)}};
+}
 
 ResponseMeta new_response_meta(Endpoint endpoint, const std::string& model, bool include_usage) {
     ResponseMeta meta;
@@ -72,43 +141,48 @@ const char* finish_reason_text(cellm_finish_reason reason) {
     return "stop";
 }
 
-Json usage_json(const cellm_session_stats& stats) {
-    return {{"prompt_tokens", stats.prompt_tokens},
-            {"completion_tokens", stats.generated_tokens},
-            {"total_tokens", stats.prompt_tokens + stats.generated_tokens},
-            {"prompt_tokens_details", {{"cached_tokens", stats.cached_tokens}}}};
+Json usage_json(const Usage& usage) {
+    return {{"prompt_tokens", usage.prompt_tokens},
+            {"completion_tokens", usage.completion_tokens},
+            {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
 }
 
-Json completion_json(const ResponseMeta& meta, std::string_view text, cellm_finish_reason reason,
-                     const cellm_session_stats& stats) {
-    Json choice = {{"index", 0}};
-    if (meta.endpoint == Endpoint::chat) {
-        choice["message"] = {{"role", "assistant"}, {"content", text}};
-    } else {
-        choice["text"] = text;
+Json completion_json(const ResponseMeta& meta, const std::vector<Choice>& choices, const Usage& usage) {
+    Json list = Json::array();
+    for (size_t i = 0; i < choices.size(); ++i) {
+        Json choice = {{"index", i}};
+        if (meta.endpoint == Endpoint::chat) {
+            choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+        } else {
+            choice["text"] = choices[i].text;
+        }
+        choice["logprobs"] = choices[i].logprobs;
+        choice["finish_reason"] = finish_reason_text(choices[i].reason);
+        list.push_back(std::move(choice));
     }
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = finish_reason_text(reason);
-    Json j = envelope(meta, false, Json::array({std::move(choice)}));
-    j["usage"] = usage_json(stats);
+    Json j = envelope(meta, false, std::move(list));
+    j["usage"] = usage_json(usage);
     return j;
 }
 
-Json role_chunk(const ResponseMeta& meta) {
-    return chunk(meta, {{"role", "assistant"}, {"content", ""}}, nullptr);
+Json role_chunk(const ResponseMeta& meta, int32_t index) {
+    return chunk(meta, index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
 }
 
-Json text_chunk(const ResponseMeta& meta, std::string_view text) {
-    return chunk(meta, meta.endpoint == Endpoint::chat ? Json{{"content", text}} : Json(text), nullptr);
+Json text_chunk(const ResponseMeta& meta, int32_t index, std::string_view text, Json logprobs) {
+    return chunk(meta, index, meta.endpoint == Endpoint::chat ? Json{{"content", text}} : Json(text),
+                 std::move(logprobs), nullptr);
 }
 
-Json finish_chunk(const ResponseMeta& meta, cellm_finish_reason reason) {
-    return chunk(meta, meta.endpoint == Endpoint::chat ? Json::object() : Json(""), finish_reason_text(reason));
+Json finish_chunk(const ResponseMeta& meta, int32_t index, cellm_finish_reason reason, Json logprobs) {
+    return chunk(meta, index, meta.endpoint == Endpoint::chat ? Json::object() : Json(""), std::move(logprobs),
+                 finish_reason_text(reason));
 }
 
-Json usage_chunk(const ResponseMeta& meta, const cellm_session_stats& stats) {
+Json usage_chunk(const ResponseMeta& meta, const Usage& usage) {
     Json j = envelope(meta, true, Json::array());
-    j["usage"] = usage_json(stats);
+    j["usage"] = usage_json(usage);
     return j;
 }
 

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CELLM_SDK_VERSION_MAJOR 1
-#define CELLM_SDK_VERSION_MINOR 3
+#define CELLM_SDK_VERSION_MINOR 4
 
 #if defined(_WIN32)
 #define CELLM_API __declspec(dllexport)
@@ -53,7 +53,9 @@ typedef enum cellm_result {
     CELLM_E_CLOSED = 6,           /* the engine was closed */
     CELLM_E_TIMEOUT = 7,          /* a wait or poll ran out of time (nothing is wrong with the session) */
     CELLM_E_INTERNAL = 8,         /* anything else; the message says what */
-    CELLM_E_TOO_LONG = 9          /* the prompt can never run: longer than the context, or than the whole KV pool */
+    CELLM_E_TOO_LONG = 9,         /* the prompt can never run: longer than the context, or than the whole KV pool */
+    CELLM_E_GRAMMAR = 10          /* since 1.4: a grammar or JSON schema that does not parse, uses a keyword the
+                                     engine cannot honour (the message names it), or matches nothing */
 } cellm_result;
 
 /* The message of the last call on this thread that failed (CELLM_E_TIMEOUT included), one line; "" when none
@@ -158,6 +160,12 @@ CELLM_API cellm_result cellm_engine_get_stats(cellm_engine* engine, cellm_engine
 CELLM_API cellm_result cellm_engine_tokenize(const cellm_engine* engine, const char* text, int32_t add_special,
                                              int32_t* tokens, size_t capacity, size_t* n_tokens);
 
+/* Since 1.4. The bytes `tokens` stand for, concatenated (special tokens as their text), as a streaming printer
+ * would show them but not checked as UTF-8. Writes at most `capacity` bytes and no NUL; *length gets the full
+ * size, so a call with capacity 0 asks for it. CELLM_E_PROMPT for an id outside the vocabulary. Any thread. */
+CELLM_API cellm_result cellm_engine_detokenize(const cellm_engine* engine, const int32_t* tokens, size_t n_tokens,
+                                               char* text, size_t capacity, size_t* length);
+
 /* Calls `fn` once per backend plugin found in the default folders (next to the library, CELLM_PLUGIN_PATH) and
  * in `plugin_path` (may be NULL). The strings are valid during the call only. */
 typedef void (*cellm_backend_fn)(const char* name, const char* description, void* user_data);
@@ -200,6 +208,12 @@ typedef struct cellm_event {
  * every session waits for it) and may call cellm_session_cancel and the get_* functions of any session. */
 typedef void (*cellm_event_fn)(cellm_session* session, const cellm_event* event, void* user_data);
 
+/* Since 1.4: added to a token's logit before any sampling step (-100 in effect bans it, +100 forces it). */
+typedef struct cellm_logit_bias {
+    int32_t token;
+    float bias;
+} cellm_logit_bias;
+
 typedef struct cellm_session_options {
     size_t struct_size;
     const char* name;         /* shown in logs and errors; copied */
@@ -220,11 +234,33 @@ typedef struct cellm_session_options {
     /* NULL: events queue up for cellm_session_poll. Otherwise every event goes to on_event and none queue. */
     cellm_event_fn on_event;
     void* user_data;          /* passed to on_event; the caller owns it and keeps it alive while the session is */
+    /* Since 1.4 (read only when struct_size covers it). */
+    /* Constrained decoding: at most one of grammar and json_schema, NULL for none (docs/grammar.md). Every
+     * generated token then keeps the text a prefix of a sentence of the grammar, and end-of-generation comes only
+     * where the grammar may end. Compiled on the calling thread by cellm_session_create / configure (never on the
+     * scheduler's), and cached by text in the engine. CELLM_E_GRAMMAR when it does not compile; cellm_last_error
+     * names the rule, the keyword or the position. Copied. */
+    const char* grammar;      /* llama.cpp's GBNF; generation starts at the rule `root` */
+    const char* json_schema;  /* a JSON Schema; the text is JSON with llama.cpp's whitespace between tokens, an
+                                 object's declared properties in the schema's order (docs/grammar.md) */
+    const cellm_logit_bias* logit_bias;        /* n_logit_bias entries, copied; an id outside the vocabulary is
+                                                  CELLM_E_INVALID_ARGUMENT */
+    size_t n_logit_bias;
+    int32_t logprobs;         /* non-zero: record each generated token's log-probability (cellm_session_get_logprobs) */
+    int32_t top_logprobs;     /* 0..20: also the most likely tokens at each step (needs logprobs) */
 } cellm_session_options;
 
-/* Fills *options with the manifest's [sampling] defaults; without a seed in the manifest, each call draws a new
- * one, so sessions do not sample alike. */
+/* Fills the `size` bytes of *options with the manifest's [sampling] defaults (the 1.4 fields off) and sets
+ * struct_size to `size`; without a seed in the manifest, each call draws a new one, so sessions do not sample
+ * alike. Call it through the macro below, which passes the size of the struct the caller was compiled with.
+ * (Since 1.4.) */
+CELLM_API cellm_result cellm_session_options_init_size(const cellm_engine* engine, cellm_session_options* options,
+                                                       size_t size);
+/* Since 1.4 a macro, as cellm_engine_options_init is; the function of the name stays for programs built against
+ * 1.3 headers (and bindings that declare the 1.3 struct) and fills their struct, which ends at user_data. */
 CELLM_API cellm_result cellm_session_options_init(const cellm_engine* engine, cellm_session_options* options);
+#define cellm_session_options_init(engine, options) \
+    cellm_session_options_init_size((engine), (options), sizeof(cellm_session_options))
 
 /* A new idle session; the caller owns *session and releases it with cellm_session_destroy (before or after
  * the engine is closed). `options` may be NULL for the manifest's defaults. */
@@ -301,6 +337,18 @@ CELLM_API cellm_result cellm_session_get_stats(cellm_session* session, cellm_ses
  * this session. */
 CELLM_API cellm_result cellm_session_get_text(cellm_session* session, const char** text, size_t* length);
 CELLM_API cellm_result cellm_session_get_tokens(cellm_session* session, const int32_t** tokens, size_t* n_tokens);
+
+/* Since 1.4. With options.logprobs: for each token of cellm_session_get_tokens, a row of `*row_size` entries
+ * (1 + top_logprobs): the generated token, then the top_logprobs most likely tokens, best first (ties: lower id).
+ * Log-probabilities are the log-softmax of the model's logits for that step, before bias, penalties, grammar and
+ * the other filters. *n_tokens is 0 without options.logprobs. Owned by the session; valid until the next call
+ * on this session. */
+typedef struct cellm_logprob {
+    int32_t token;
+    float logprob;
+} cellm_logprob;
+CELLM_API cellm_result cellm_session_get_logprobs(cellm_session* session, const cellm_logprob** entries,
+                                                  size_t* n_tokens, size_t* row_size);
 
 /* Cancels the running turn, frees the session's KV blocks and the handle. NULL is ignored. Not from inside this
  * session's own callback. */

@@ -263,6 +263,96 @@ TEST(Sampler, SeededSequenceIsPinned) {
     EXPECT_EQ(tokens, (std::vector<int32_t>{3, 2, 3, 0, 3, 0, 2, 1, 1, 1, 0, 2}));
 }
 
+TEST(Sampler, LogitBiasForcesAndBansUnderGreedy) {
+    const std::vector<float> logits{1.0f, 3.0f, 2.0f, 0.5f};
+    SamplingParams forced = plain(0.0f);
+    forced.logit_bias = {{3, 100.0f}};
+    EXPECT_EQ(Sampler(forced).sample(logits, {}), 3);
+    SamplingParams banned = plain(0.0f);
+    banned.logit_bias = {{1, -100.0f}};
+    EXPECT_EQ(Sampler(banned).sample(logits, {}), 2);
+    // A banned token is (in effect) never drawn when sampling either.
+    banned.temperature = 1.0f;
+    EXPECT_FALSE(histogram(banned, logits, 2000).contains(1));
+}
+
+// Bias first, then the penalty: 1 - 3 = -2, times 2 = -4, below token 1's -3. The other order would give
+// 1 / 2 - 3 = -2.5 and choose token 0.
+TEST(Sampler, LogitBiasComesBeforeThePenalties) {
+    const std::vector<float> logits{1.0f, -3.0f};
+    SamplingParams params = plain(0.0f);
+    params.repeat_penalty = 2.0f;
+    params.repeat_last_n = 8;
+    params.logit_bias = {{0, -3.0f}};
+    EXPECT_EQ(Sampler(params).sample(logits, std::vector<int32_t>{0}), 1);
+}
+
+std::vector<uint64_t> mask_of(size_t vocab, const std::vector<int32_t>& ids) {
+    std::vector<uint64_t> mask((vocab + 63) / 64, 0);
+    for (int32_t id : ids) mask[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    return mask;
+}
+
+TEST(Sampler, MaskedOutTokensAreNeverChosen) {
+    std::vector<float> logits(130, 0.0f);
+    logits[5] = 10.0f;  // the best, but masked out
+    logits[70] = 1.0f;
+    logits[129] = 2.0f;
+    const std::vector<uint64_t> mask = mask_of(logits.size(), {3, 70, 129});
+    Sampler greedy(plain(0.0f));
+    EXPECT_EQ(greedy.sample(logits, {}, mask), 129);
+    Sampler sampler(plain(1.0f, 5));
+    std::set<int32_t> seen;
+    for (int i = 0; i < 500; ++i) seen.insert(sampler.sample(logits, {}, mask));
+    EXPECT_EQ(seen, (std::set<int32_t>{3, 70, 129}));
+    // Every allowed logit -inf (or NaN): still an allowed token, never a better disallowed one.
+    const float inf = std::numeric_limits<float>::infinity();
+    std::vector<float> hopeless(130, 1.0f);
+    hopeless[70] = -inf;
+    hopeless[3] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(Sampler(plain(0.0f)).sample(hopeless, {}, mask_of(130, {3, 70})), 3);
+    EXPECT_EQ(Sampler(plain(1.0f)).sample(hopeless, {}, mask_of(130, {70})), 70);
+}
+
+// A mask that allows every token changes nothing: the same seeded sequence with all filters on.
+TEST(Sampler, AFullMaskSamplesAsNoMask) {
+    std::mt19937 random(7);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    SamplingParams params{.temperature = 0.9f, .top_k = 40, .top_p = 0.9f, .min_p = 0.02f, .repeat_penalty = 1.1f,
+                          .repeat_last_n = 16, .seed = 99};
+    for (const int32_t top_k : {0, 1, 40}) {
+        params.top_k = top_k;
+        Sampler plain_sampler(params), masked(params);
+        std::vector<int32_t> recent;
+        for (int step = 0; step < 100; ++step) {
+            std::vector<float> logits(1000);
+            for (float& l : logits) l = normal(random);
+            const std::vector<uint64_t> all(16, ~uint64_t{0});
+            const int32_t a = plain_sampler.sample(logits, recent), b = masked.sample(logits, recent, all);
+            ASSERT_EQ(a, b) << "top_k " << top_k << ", step " << step;
+            recent.push_back(a);
+        }
+    }
+}
+
+TEST(Sampler, RejectsAMaskThatAllowsNothingOrIsShort) {
+    const std::vector<float> logits(100, 0.0f);
+    for (const float temperature : {0.0f, 1.0f}) {
+        Sampler sampler(plain(temperature));
+        try {
+            sampler.sample(logits, {}, mask_of(100, {}));
+            FAIL() << "expected cellm::Error";
+        } catch (const Error& e) {
+            EXPECT_STREQ(e.what(), "no token is allowed here");
+        }
+        const std::vector<uint64_t> one_word{~uint64_t{0}};
+        EXPECT_THROW(sampler.sample(logits, {}, one_word), Error);
+    }
+    SamplingParams biased = plain(0.0f);
+    biased.logit_bias = {{100, 1.0f}};
+    EXPECT_THROW(Sampler(biased).sample(logits, {}), Error);
+}
+
 TEST(Sampler, RejectsBadInputWithAnError) {
     Sampler sampler(plain());
     EXPECT_THROW(sampler.sample({}, {}), Error);

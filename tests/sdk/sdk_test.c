@@ -10,9 +10,11 @@
 
 #include <cellm/cellm.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <spawn.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1281,6 +1283,184 @@ static void case_images(void) {
     cellm_engine_close(engine);
 }
 
+/* ---- 1.4: logit bias, log-probabilities, detokenize ---------------------------------------------------- */
+
+typedef struct {
+    token_list tokens;
+    cellm_logprob rows[MAX_IDS * 21];
+    size_t n_rows, row_size;
+    cellm_finish_reason reason;
+} scored_turn;
+
+/* One greedy turn of `prompt` (raw text) with `options`; its tokens and log-probability rows. */
+static void scored_run(cellm_engine* engine, const cellm_session_options* options, const char* prompt,
+                       scored_turn* out) {
+    cellm_session* session = new_session(engine, options);
+    OK(cellm_session_submit_text(session, prompt));
+    out->reason = poll_until_done(session);
+    session_tokens(session, &out->tokens);
+    const cellm_logprob* entries = NULL;
+    OK(cellm_session_get_logprobs(session, &entries, &out->n_rows, &out->row_size));
+    REQUIRE(out->n_rows * out->row_size <= sizeof out->rows / sizeof out->rows[0], "%zu rows of %zu", out->n_rows,
+            out->row_size);
+    if (out->n_rows > 0) memcpy(out->rows, entries, out->n_rows * out->row_size * sizeof entries[0]);
+    cellm_session_destroy(session);
+}
+
+static void case_bias_logprobs(void) {
+    cellm_engine* engine = open_engine(cfg.manifest, NULL);
+    const int32_t n_vocab = engine_info(engine).n_vocab;
+    CHECK(strcmp(cellm_result_name(CELLM_E_GRAMMAR), "CELLM_E_GRAMMAR") == 0, "CELLM_E_GRAMMAR is named %s",
+          cellm_result_name(CELLM_E_GRAMMAR));
+
+    {
+        /* A program built against the 1.3 header: its struct ends at user_data, and neither the sized init nor the
+         * function its binary calls writes past it. */
+        const size_t v1_3 = offsetof(cellm_session_options, grammar);
+        cellm_session_options storage[2];
+        unsigned char* bytes = (unsigned char*)storage;
+        for (int pass = 0; pass < 2; ++pass) {
+            memset(bytes, 0xA5, sizeof storage);
+            if (pass == 0) OK(cellm_session_options_init_size(engine, &storage[0], v1_3));
+            else OK((cellm_session_options_init)(engine, &storage[0])); /* the function, not the macro */
+            size_t untouched = 0;
+            for (size_t i = v1_3; i < sizeof storage; ++i) untouched += bytes[i] == 0xA5;
+            CHECK(storage[0].struct_size == v1_3 && storage[0].max_tokens == 24 && untouched == sizeof storage - v1_3,
+                  "a 1.3-sized init (pass %d): struct_size %zu, %zu of %zu bytes past it untouched", pass,
+                  storage[0].struct_size, untouched, sizeof storage - v1_3);
+        }
+        /* Its create reads nothing past its struct: the byte pattern in the 1.4 fields is never followed. */
+        cellm_session* old = new_session(engine, &storage[0]);
+        cellm_session_destroy(old);
+    }
+
+    cellm_session_options options = greedy_options(engine, 6);
+    CHECK(options.grammar == NULL && options.json_schema == NULL && options.logit_bias == NULL &&
+              options.n_logit_bias == 0 && options.logprobs == 0 && options.top_logprobs == 0,
+          "cellm_session_options_init leaves a 1.4 field on");
+    const char* prompt = "the cat sat on";
+
+    /* Without logprobs there are no rows. */
+    scored_turn* plain = calloc(1, sizeof *plain);
+    scored_turn* turn = calloc(1, sizeof *turn);
+    REQUIRE(plain != NULL && turn != NULL, "out of memory");
+    scored_run(engine, &options, prompt, plain);
+    CHECK(plain->n_rows == 0, "%zu rows without logprobs", plain->n_rows);
+    REQUIRE(plain->tokens.n > 0, "the greedy turn generated nothing");
+
+    /* With them: one row per generated token, the token first, then the 20 best, best first. Greedy's token is
+     * the best one, so it is also the row's first alternative, with the same log-probability. */
+    options.logprobs = 1;
+    options.top_logprobs = 20;
+    scored_run(engine, &options, prompt, turn);
+    SAME_TOKENS(&turn->tokens, &plain->tokens, "logprobs on against off");
+    REQUIRE(turn->n_rows == turn->tokens.n && turn->row_size == 21, "%zu rows of %zu for %zu tokens", turn->n_rows,
+            turn->row_size, turn->tokens.n);
+    for (size_t i = 0; i < turn->n_rows; ++i) {
+        const cellm_logprob* row = &turn->rows[i * turn->row_size];
+        CHECK(row[0].token == turn->tokens.ids[i], "row %zu is of token %d, generated %d", i, (int)row[0].token,
+              (int)turn->tokens.ids[i]);
+        CHECK(row[1].token == row[0].token && row[1].logprob == row[0].logprob,
+              "row %zu: greedy's token %d (%g) is not the best alternative %d (%g)", i, (int)row[0].token,
+              (double)row[0].logprob, (int)row[1].token, (double)row[1].logprob);
+        double mass = 0;
+        for (size_t j = 1; j < turn->row_size; ++j) {
+            mass += exp((double)row[j].logprob);
+            CHECK(row[j].logprob <= 0 && row[j].token >= 0 && row[j].token < n_vocab, "row %zu entry %zu: %d %g", i,
+                  j, (int)row[j].token, (double)row[j].logprob);
+            if (j > 1) {
+                CHECK(row[j].logprob < row[j - 1].logprob ||
+                          (row[j].logprob == row[j - 1].logprob && row[j].token > row[j - 1].token),
+                      "row %zu is not best first at entry %zu", i, j);
+            }
+        }
+        CHECK(mass <= 1.0 + 1e-5 && mass > 0, "row %zu: the 20 best hold %g of the mass", i, mass);
+    }
+
+    /* Bias: -100 bans greedy's first token, and the second best comes instead; +100 forces the third best at
+     * every step. The log-probabilities stay those of the unbiased logits: the forced token's is what the
+     * unbiased row said of it. */
+    const cellm_logprob* first = turn->rows;
+    cellm_logit_bias ban = {first[1].token, -100.0f};
+    options.logit_bias = &ban;
+    options.n_logit_bias = 1;
+    scored_turn* banned = calloc(1, sizeof *banned);
+    REQUIRE(banned != NULL, "out of memory");
+    scored_run(engine, &options, prompt, banned);
+    REQUIRE(banned->tokens.n > 0, "the banned turn generated nothing");
+    CHECK(banned->tokens.ids[0] == first[2].token, "banning %d gave %d first, not the second best %d",
+          (int)first[1].token, (int)banned->tokens.ids[0], (int)first[2].token);
+    for (size_t i = 0; i < banned->tokens.n; ++i) {
+        CHECK(banned->tokens.ids[i] != ban.token, "the banned token %d came at %zu", (int)ban.token, i);
+    }
+    cellm_logit_bias force = {first[3].token, 100.0f};
+    options.logit_bias = &force;
+    scored_run(engine, &options, prompt, banned);
+    CHECK(banned->tokens.n == 6, "the forced turn has %zu tokens", banned->tokens.n);
+    for (size_t i = 0; i < banned->tokens.n; ++i) {
+        CHECK(banned->tokens.ids[i] == force.token, "token %zu is %d, forced %d", i, (int)banned->tokens.ids[i],
+              (int)force.token);
+    }
+    CHECK(banned->n_rows > 0 && fabs((double)banned->rows[0].logprob - (double)first[3].logprob) < 1e-4,
+          "the forced token's log-probability %g, unbiased %g", (double)banned->rows[0].logprob,
+          (double)first[3].logprob);
+    free(plain);
+    free(turn);
+    free(banned);
+
+    /* Bad options: each an invalid argument that says why. */
+    cellm_session* session = NULL;
+    cellm_logit_bias bad = {n_vocab, 1.0f};
+    options.logit_bias = &bad;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &session), CELLM_E_INVALID_ARGUMENT, "outside the vocabulary");
+    bad.token = -1;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &session), CELLM_E_INVALID_ARGUMENT, "outside the vocabulary");
+    bad.token = 0;
+    bad.bias = (float)NAN;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &session), CELLM_E_INVALID_ARGUMENT, "finite");
+    options.logit_bias = NULL;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &session), CELLM_E_INVALID_ARGUMENT, "logit_bias is NULL");
+    options.n_logit_bias = 0;
+    options.top_logprobs = 21;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &session), CELLM_E_INVALID_ARGUMENT, "top_logprobs");
+    options.top_logprobs = 3;
+    options.logprobs = 0;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &session), CELLM_E_INVALID_ARGUMENT, "needs logprobs");
+    CHECK(session == NULL, "a refused create left a session");
+    /* ... and through configure too. */
+    options.top_logprobs = 0;
+    session = new_session(engine, &options);
+    options.top_logprobs = -1;
+    EXPECT_ERROR(cellm_session_configure(session, &options), CELLM_E_INVALID_ARGUMENT, "top_logprobs");
+    cellm_session_destroy(session);
+
+    /* Detokenize: the inverse of tokenize without specials, with tokenize's sizing protocol. */
+    const char* text = "the cat sat on the mat";
+    token_list ids;
+    tokenize(engine, text, 0, &ids);
+    size_t length = 99;
+    OK(cellm_engine_detokenize(engine, ids.ids, ids.n, NULL, 0, &length));
+    CHECK(length == strlen(text), "detokenize's size %zu for '%s'", length, text);
+    char back[64];
+    memset(back, '#', sizeof back);
+    OK(cellm_engine_detokenize(engine, ids.ids, ids.n, back, sizeof back, &length));
+    CHECK(length == strlen(text) && memcmp(back, text, length) == 0 && back[length] == '#',
+          "detokenize gave '%.*s' (%zu bytes) for '%s'", (int)length, back, length, text);
+    memset(back, '#', sizeof back);
+    OK(cellm_engine_detokenize(engine, ids.ids, ids.n, back, 5, &length));
+    CHECK(length == strlen(text) && memcmp(back, text, 5) == 0 && back[5] == '#',
+          "a 5-byte buffer got '%.*s' and size %zu", 5, back, length);
+    OK(cellm_engine_detokenize(engine, NULL, 0, NULL, 0, &length));
+    CHECK(length == 0, "no tokens are %zu bytes", length);
+    const int32_t outside[2] = {0, n_vocab};
+    EXPECT_ERROR(cellm_engine_detokenize(engine, outside, 2, back, sizeof back, &length), CELLM_E_PROMPT,
+                 "outside the vocabulary");
+    EXPECT_RESULT(cellm_engine_detokenize(engine, ids.ids, ids.n, back, sizeof back, NULL), CELLM_E_INVALID_ARGUMENT);
+    EXPECT_RESULT(cellm_engine_detokenize(NULL, ids.ids, ids.n, back, sizeof back, &length),
+                  CELLM_E_INVALID_ARGUMENT);
+    cellm_engine_close(engine);
+}
+
 /* ---- Driver ---------------------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1292,6 +1472,7 @@ static const struct {
     {"greedy_chat", case_greedy_chat, 1}, {"streaming", case_streaming, 1}, {"concurrent", case_concurrent, 1},
     {"cancel", case_cancel, 1},           {"fork", case_fork, 1},           {"closed", case_closed, 1},
     {"real_model", case_real_model, 0},   {"images", case_images, 1},       {"model_only", case_model_only, 1},
+    {"bias_logprobs", case_bias_logprobs, 1},
 };
 
 int main(int argc, char** argv) {

@@ -74,14 +74,15 @@ def model_id(server):
 
 @pytest.fixture(scope="session")
 def reference(cellm_host, model_path, tmp_path_factory):
-    """reference(prompt, max_tokens, raw=False, temperature=0, seed=None, sampling=()) -> `cellm-host run --json`
-    on the same model, backend, threads and context: what the server must answer to the same request.
-    `sampling` is ((key, value), ...) of the manifest's [sampling] section (top_k, top_p, min_p), which run has
-    no flags for; they go into a copy of the manifest."""
+    """reference(prompt, max_tokens, raw=False, temperature=0, seed=None, sampling=(), logprobs=None) ->
+    `cellm-host run --json` on the same model, backend, threads and context: what the server must answer to the
+    same request. `sampling` is ((key, value), ...) of the manifest's [sampling] section (top_k, top_p, min_p),
+    which run has no flags for; they go into a copy of the manifest. `logprobs` N adds run's --logprobs N: the
+    reply's "logprobs" is then a row per token, [{"token", "logprob"}, ...], the token first, then the N best."""
     manifests = tmp_path_factory.mktemp("manifests")
 
     @functools.lru_cache(maxsize=None)
-    def run(prompt, max_tokens, raw=False, temperature=0.0, seed=None, sampling=()):
+    def run(prompt, max_tokens, raw=False, temperature=0.0, seed=None, sampling=(), logprobs=None):
         manifest = MANIFEST
         if sampling:
             text = MANIFEST.read_text()
@@ -97,6 +98,8 @@ def reference(cellm_host, model_path, tmp_path_factory):
                 "--max-tokens", str(max_tokens), "--json", "--raw" if raw else "--chat"]
         if seed is not None:
             args += ["--seed", str(seed)]
+        if logprobs is not None:
+            args += ["--logprobs", str(logprobs)]
         done = subprocess.run(args, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{' '.join(args)} failed:\n{done.stderr}"
         return json.loads(done.stdout)

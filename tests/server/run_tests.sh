@@ -26,7 +26,7 @@ cellm_host="$(readlink -f "$cellm_host")"  # pytest runs from this folder
 model="$(readlink -f "$model")"
 
 venv="${CELLM_SERVER_VENV:-$HOME/.cache/cellm/venv-server}"
-requirements="openai==3.57.0 pytest==8.4.2 httpx==0.28.1"
+requirements="openai==3.57.0 pytest==8.4.2 httpx==0.28.1 jsonschema==4.26.0"
 if [[ ! -x "$venv/bin/python" || "$(cat "$venv/.cellm-requirements" 2>/dev/null)" != "$requirements" ]]; then
   echo "setting up $venv ($requirements)"
   python3 -m venv "$venv"

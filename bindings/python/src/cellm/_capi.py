@@ -132,7 +132,22 @@ class cellm_session_options(ctypes.Structure):
         ("priority", ctypes.c_int32),
         ("on_event", cellm_event_fn),
         ("user_data", ctypes.c_void_p),
+        # Since 1.4.
+        ("grammar", ctypes.c_char_p),
+        ("json_schema", ctypes.c_char_p),
+        ("logit_bias", ctypes.c_void_p),  # cellm_logit_bias*
+        ("n_logit_bias", ctypes.c_size_t),
+        ("logprobs", ctypes.c_int32),
+        ("top_logprobs", ctypes.c_int32),
     ]
+
+
+class cellm_logit_bias(ctypes.Structure):
+    _fields_ = [("token", ctypes.c_int32), ("bias", ctypes.c_float)]
+
+
+class cellm_logprob(ctypes.Structure):
+    _fields_ = [("token", ctypes.c_int32), ("logprob", ctypes.c_float)]
 
 
 class cellm_session_stats(ctypes.Structure):
@@ -178,8 +193,12 @@ _PROTOTYPES = {
         _result,
         [_handle, ctypes.c_char_p, ctypes.c_int32, _p(ctypes.c_int32), ctypes.c_size_t, _p(ctypes.c_size_t)],
     ),
+    "cellm_engine_detokenize": (
+        _result,
+        [_handle, _p(ctypes.c_int32), ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t, _p(ctypes.c_size_t)],
+    ),
     "cellm_finish_reason_name": (ctypes.c_char_p, [ctypes.c_int]),
-    "cellm_session_options_init": (_result, [_handle, _p(cellm_session_options)]),
+    "cellm_session_options_init_size": (_result, [_handle, _p(cellm_session_options), ctypes.c_size_t]),
     "cellm_session_create": (_result, [_handle, _p(cellm_session_options), _p(_handle)]),
     "cellm_session_configure": (_result, [_handle, _p(cellm_session_options)]),
     "cellm_session_fork": (_result, [_handle, _p(_handle)]),
@@ -197,6 +216,10 @@ _PROTOTYPES = {
     "cellm_session_get_stats": (_result, [_handle, _p(cellm_session_stats)]),
     "cellm_session_get_text": (_result, [_handle, _p(ctypes.c_void_p), _p(ctypes.c_size_t)]),
     "cellm_session_get_tokens": (_result, [_handle, _p(_p(ctypes.c_int32)), _p(ctypes.c_size_t)]),
+    "cellm_session_get_logprobs": (
+        _result,
+        [_handle, _p(_p(cellm_logprob)), _p(ctypes.c_size_t), _p(ctypes.c_size_t)],
+    ),
     "cellm_session_destroy": (None, [_handle]),
 }
 

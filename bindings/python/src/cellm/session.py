@@ -57,7 +57,8 @@ def session_options(engine_handle: int, context_length: int, sampling: dict[str,
     if unknown:
         raise TypeError(f"unknown sampling keyword(s): {', '.join(sorted(unknown))}")
     options = _capi.cellm_session_options()
-    check(_capi.lib().cellm_session_options_init(engine_handle, ctypes.byref(options)))
+    # Sized: the library fills exactly the struct declared here (1.4's), whatever its own version.
+    check(_capi.lib().cellm_session_options_init_size(engine_handle, ctypes.byref(options), ctypes.sizeof(options)))
     keep: list[Any] = []
     for key in ("temperature", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty"):
         if sampling.get(key) is not None:
