@@ -127,3 +127,29 @@ chat = {
 }
 for name, data in chat.items():
     put("chat_template", name, data)
+
+# Grammars: the text, a NUL, then text to feed byte by byte.
+gbnf = {
+    "json": b'root ::= object\nvalue ::= object | array | string | number | ("true" | "false" | "null") ws\n'
+            b'object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws\n'
+            b'array ::= "[" ws ( value ("," ws value)* )? "]" ws\n'
+            b'string ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\\"" ws\n'
+            b'number ::= "-"? [0-9]+ ("." [0-9]+)? ws\nws ::= | " " | "\\n" [ \\t]{0,20}\n\0{"a": [1, true, "\xc3\xa9"]}',
+    "repeat": b'root ::= ("ab" | [x-z]){2,5} "."? # comment\n\0abxy.',
+    "classes": b'root ::= [^a-z\\u00e9]+ | .\n\0\xe2\x82\xac!',
+    "rules": b'root ::= a b\na ::= "x"\n  | "y" a\nb ::= ("" )* "z"\n\0yyxz',
+}
+for name, data in gbnf.items():
+    put("grammar", name, data)
+schemas = {
+    "object": (b'{"type":"object","properties":{"name":{"type":"string","minLength":1},"age":{"type":"integer",'
+               b'"minimum":0,"maximum":150},"tags":{"type":"array","items":{"enum":["a","b"]},"maxItems":3}},'
+               b'"required":["name"],"additionalProperties":false}\0{"name":"Al","age":42,"tags":["a"]}'),
+    "refs": (b'{"$defs":{"node":{"type":"object","properties":{"v":{"type":["number","null"]},"next":{"$ref":"#/$defs/node"}}}},'
+             b'"$ref":"#/$defs/node"}\0{"v":1.5,"next":{"v":null}}'),
+    "formats": (b'{"anyOf":[{"type":"string","format":"date-time"},{"type":"string","pattern":"^[A-Z]{2}-\\\\d+$"},'
+                b'{"const":true}]}\0"AB-12"'),
+    "refused": b'{"not":{"type":"string"}}',
+}
+for name, data in schemas.items():
+    put("json_schema", name, data)

@@ -3,7 +3,10 @@
  * and Python bindings drive theirs. Prints one JSON line per repetition: generated tokens over the wall time from
  * the first submit to the last DONE. The Java and Python programs of the same name do the same work.
  *
- *   sdk_throughput MODEL SESSIONS TOKENS REPETITIONS
+ *   sdk_throughput MODEL SESSIONS TOKENS REPETITIONS [SCHEMA CONSTRAINED]
+ *
+ * With SCHEMA (a JSON Schema file), the first CONSTRAINED sessions generate under it (docs/benchmarks.md,
+ * "Grammar token masks": constrained and free sessions served together); the line then says how many.
  */
 #include <cellm/cellm.h>
 
@@ -45,11 +48,27 @@ static double now_s(void) {
 }
 
 int main(int argc, char** argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s MODEL SESSIONS TOKENS REPETITIONS\n", argv[0]);
+    if (argc != 5 && argc != 7) {
+        fprintf(stderr, "usage: %s MODEL SESSIONS TOKENS REPETITIONS [SCHEMA CONSTRAINED]\n", argv[0]);
         return 2;
     }
     const int sessions = atoi(argv[2]), tokens = atoi(argv[3]), repetitions = atoi(argv[4]);
+    const int constrained = argc == 7 ? atoi(argv[6]) : 0;
+    char* schema = NULL;
+    if (argc == 7) {
+        FILE* f = fopen(argv[5], "rb");
+        if (f == NULL) {
+            fprintf(stderr, "sdk_throughput: cannot read %s\n", argv[5]);
+            return 2;
+        }
+        schema = calloc(1 << 20, 1);
+        const size_t n = fread(schema, 1, (1 << 20) - 1, f);
+        fclose(f);
+        if (n == 0) {
+            fprintf(stderr, "sdk_throughput: %s is empty\n", argv[5]);
+            return 2;
+        }
+    }
     if (sessions < 1 || tokens < 1 || repetitions < 1) {
         fprintf(stderr, "sdk_throughput: SESSIONS, TOKENS and REPETITIONS must be positive\n");
         return 2;
@@ -73,6 +92,7 @@ int main(int argc, char** argv) {
             cellm_session_options_init(engine, &o);
             o.temperature = 0;
             o.max_tokens = tokens;
+            if (i < constrained) o.json_schema = schema;
             workers[i] = (worker){0};
             snprintf(workers[i].prompt, sizeof workers[i].prompt, "Once upon a time, in village number %d, there lived", i);
             if (cellm_session_create(engine, &o, &workers[i].session) != CELLM_SUCCESS) {
@@ -91,12 +111,14 @@ int main(int argc, char** argv) {
         const double seconds = now_s() - start;
         for (int i = 0; i < sessions; ++i) cellm_session_destroy(workers[i].session);
         if (rep > 0) {
-            printf("{\"binding\": \"c\", \"sessions\": %d, \"generated_tokens\": %ld, \"seconds\": %.4f, \"tok_s\": %.2f}\n",
-                   sessions, generated, seconds, (double)generated / seconds);
+            printf("{\"binding\": \"c\", \"sessions\": %d, \"constrained\": %d, \"generated_tokens\": %ld, "
+                   "\"seconds\": %.4f, \"tok_s\": %.2f}\n",
+                   sessions, constrained, generated, seconds, (double)generated / seconds);
         }
     }
     free(workers);
     free(threads);
+    free(schema);
     cellm_engine_close(engine);
     return status;
 }

@@ -994,7 +994,9 @@ private:
                 if (!v.is_array()) continue;
                 if (schema.contains("minContains") || schema.contains("maxContains"))
                     fail("unsupported JSON Schema keyword \"minContains\"", at);
-                if (std::none_of(v.begin(), v.end(), [&](const Json& item) { return sub(item, bound); })) return false;
+                // clang 14 (the fuzz build) cannot capture a structured binding in a lambda.
+                const Json& contained = bound;
+                if (std::none_of(v.begin(), v.end(), [&](const Json& item) { return sub(item, contained); })) return false;
             } else if (key == "required") {
                 if (!v.is_object() || !bound.is_array()) continue;
                 for (const Json& name : bound)

@@ -1,0 +1,11 @@
+// libFuzzer target: JSON Schema to grammar (json_schema.cpp, regex.cpp for `pattern`), then the compiled grammar
+// and its matcher as fuzz_grammar runs them. The input is the schema, then optionally a NUL byte and text to feed.
+#include "grammar_fuzz.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+    const std::string_view input(reinterpret_cast<const char*>(data), size);
+    const size_t nul = input.find('\0');
+    cellm::grammar::fuzz::run(input.substr(0, nul), nul == std::string_view::npos ? "" : input.substr(nul + 1),
+                              cellm::grammar::fuzz::Kind::JsonSchema);
+    return 0;
+}
