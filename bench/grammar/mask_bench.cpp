@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
     const auto tokenizer = Tokenizer::from_model(file->view());
     auto start = Clock::now();
     const auto vocabulary = std::make_shared<const TokenVocabulary>(*tokenizer);
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress lines as they come, into a file too
     std::printf("%s: %d tokens, trie of %zu nodes built in %.1f ms\n", std::filesystem::path(model).filename().c_str(),
                 vocabulary->n_vocab(), vocabulary->trie().size(), us_since(start) / 1000);
 
