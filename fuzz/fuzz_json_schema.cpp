@@ -3,9 +3,7 @@
 #include "grammar_fuzz.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    const std::string_view input(reinterpret_cast<const char*>(data), size);
-    const size_t nul = input.find('\0');
-    cellm::grammar::fuzz::run(input.substr(0, nul), nul == std::string_view::npos ? "" : input.substr(nul + 1),
+    cellm::grammar::fuzz::run(std::string_view(reinterpret_cast<const char*>(data), size),
                               cellm::grammar::fuzz::Kind::JsonSchema);
     return 0;
 }

@@ -26,7 +26,11 @@ inline std::shared_ptr<const TokenVocabulary> vocabulary() {
     return v;
 }
 
-inline void run(std::string_view grammar_text, std::string_view feed, Kind kind) {
+// `input` is the grammar text, then optionally a NUL byte and the text to feed.
+inline void run(std::string_view input, Kind kind) {
+    const size_t nul = input.find('\0');
+    const std::string_view grammar_text = input.substr(0, nul);
+    const std::string_view feed = nul == std::string_view::npos ? std::string_view{} : input.substr(nul + 1);
     std::shared_ptr<const CompiledGrammar> compiled;
     try {
         Grammar g = kind == Kind::Gbnf ? Grammar::from_gbnf(grammar_text) : Grammar::from_json_schema(grammar_text);
