@@ -1480,8 +1480,8 @@ private:
         for (bool changed = true; changed;) {
             changed = false;
             for (size_t k = 1; k <= cap; ++k)
-                for (int tl = 0; tl < 2; ++tl)
-                    for (int th = 0; th < 2; ++th) {
+                for (int tl = 0; tl <= int(low.has_value()); ++tl)
+                    for (int th = 0; th <= int(high.has_value()); ++th) {
                         size_t s = state(k, tl, th);
                         if (live[s]) continue;
                         bool ok = can_end(k, tl, th);
