@@ -10,6 +10,8 @@
 
 #include "cellm/cellm.h"
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -26,7 +28,13 @@ struct ServeOptions {
     int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
     server::ServerConfig server;
     std::string model_alias;
+    // Seconds, as flags take them (http::TransportLimits keeps milliseconds).
+    double header_timeout = 0, body_timeout = 0, idle_timeout = 0, write_timeout = 0;
 };
+
+std::chrono::milliseconds milliseconds(double seconds) {
+    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+}
 
 EnginePtr open_engine(const ServeOptions& o) {
     cellm_engine_options options;
@@ -92,12 +100,56 @@ Command add_serve(CLI::App& app) {
         ->check(CLI::PositiveNumber);
     app.add_option("--model-alias", o->model_alias, "Model id to serve as (default: the model file's name without extension)");
 
+    // Limits against slow, idle and flooding clients (docs/server.md, "Limits"); defaults from TransportLimits.
+    server::http::TransportLimits& limits = o->server.transport;
+    o->header_timeout = static_cast<double>(limits.header_timeout.count()) / 1000.0;
+    o->body_timeout = static_cast<double>(limits.body_timeout.count()) / 1000.0;
+    o->idle_timeout = static_cast<double>(limits.idle_timeout.count()) / 1000.0;
+    o->write_timeout = static_cast<double>(limits.write_timeout.count()) / 1000.0;
+    const auto positive_seconds = CLI::Range(0.001, 86400.0);
+    app.add_option("--header-timeout", o->header_timeout,
+                   "Seconds a client has to send a request's line and headers, however it trickles them; then 408")
+        ->capture_default_str()
+        ->check(positive_seconds);
+    app.add_option("--body-timeout", o->body_timeout,
+                   "Seconds a client has to send a body, plus its length at --min-body-rate; then 408")
+        ->capture_default_str()
+        ->check(positive_seconds);
+    app.add_option("--min-body-rate", limits.min_body_rate, "Bytes per second a body must average past --body-timeout")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--idle-timeout", o->idle_timeout, "Seconds a kept-alive connection may idle between requests")
+        ->capture_default_str()
+        ->check(positive_seconds);
+    app.add_option("--write-timeout", o->write_timeout,
+                   "Seconds a client may leave its answer unread (a stream's too) before it is dropped")
+        ->capture_default_str()
+        ->check(positive_seconds);
+    app.add_option("--max-connections", limits.max_connections,
+                   "Open connections in all; beyond, 503 at once (also capped by the open-file limit)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--max-connections-per-client", limits.max_connections_per_client,
+                   "Open connections per client address; beyond, 503 at once; 0: no cap")
+        ->capture_default_str();
+    app.add_option("--workers", limits.workers, "Requests answered at once (each stream holds one worker)")
+        ->capture_default_str()
+        ->check(CLI::Range(1, 4096));
+    app.add_option("--max-waiting", limits.max_waiting,
+                   "Requests read and waiting for a worker; beyond, 429 with Retry-After at once")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+
     return [o]() {
         if (o->manifest.empty() && !o->model) {
             throw cellm::Error("give --model FILE (a model file or folder), or --manifest FILE");
         }
         const EnginePtr engine = open_engine(*o);
         server::ServerConfig config = o->server;
+        config.transport.header_timeout = milliseconds(o->header_timeout);
+        config.transport.body_timeout = milliseconds(o->body_timeout);
+        config.transport.idle_timeout = milliseconds(o->idle_timeout);
+        config.transport.write_timeout = milliseconds(o->write_timeout);
         config.model_id = o->model_alias.empty() ? model_id(engine.get()) : o->model_alias;
         server::HttpServer http(engine.get(), config);
         const int port = http.bind();

@@ -3,10 +3,6 @@
 #include "api_error.h"
 #include "openai_response.h"
 
-#include <httplib.h>
-
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -20,10 +16,6 @@
 namespace cellm::server {
 
 namespace {
-
-// Each open connection holds a worker thread, a streaming one for its whole answer: httplib's default pool
-// (about the core count) would queue the streams of more clients than cores instead of batching them.
-constexpr size_t kWorkerThreads = 64;
 
 struct Route {
     const char* path;
@@ -46,45 +38,23 @@ const Route* find_route(const std::string& path) {
     return nullptr;
 }
 
-void send_json(httplib::Response& response, int status, const Json& body) {
+void send_json(http::Response& response, int status, const Json& body) {
     response.status = status;
     response.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response& response, const ApiError& error) {
+void send_error(http::Response& response, const ApiError& error) {
     if (error.status == 401) response.set_header("WWW-Authenticate", "Bearer");
     send_json(response, error.status, error_json(error));
 }
 
 // Runs a route's work and answers the ApiError it throws.
-void respond(httplib::Response& response, const std::function<void()>& work) {
+void respond(http::Response& response, const std::function<void()>& work) {
     try {
         work();
     } catch (const ApiError& error) {
         send_error(response, error);
     }
-}
-
-ApiError body_too_large(size_t max_body_bytes) {
-    return ApiError(413, "the request body is larger than " + std::to_string(max_body_bytes) + " bytes",
-                    "request_too_large");
-}
-
-// Read through httplib's content reader so that a chunked body, which httplib does not hold to
-// set_payload_max_length (it checks only a declared Content-Length), is not kept beyond the limit either. The
-// rest of an oversized body is read and dropped, as httplib does with a declared one, so the connection stays
-// usable for the next request.
-std::string read_body(const httplib::ContentReader& reader, httplib::Response& response, size_t max_body_bytes) {
-    std::string body;
-    bool too_large = false;
-    const bool complete = reader([&](const char* data, size_t size) {
-        too_large = too_large || body.size() + size > max_body_bytes;
-        if (!too_large) body.append(data, size);
-        return true;
-    });
-    if (too_large || response.status == 413) throw body_too_large(max_body_bytes);
-    if (!complete) throw ApiError(400, "the request body could not be read", "bad_request");
-    return body;
 }
 
 ApiError model_not_found(const std::string& model) {
@@ -96,24 +66,13 @@ ApiError generation_failed(const cellm_session_stats& stats) {
                     "server_error");
 }
 
-// The answers httplib gives by itself (no route, body over the limit, unparsable request), as ApiErrors.
-ApiError transport_error(const httplib::Request& request, httplib::Response& response, size_t max_body_bytes) {
-    switch (response.status) {
-        case 404: {
-            const Route* route = find_route(request.path);
-            if (!route) return ApiError(404, "no such endpoint: " + request.method + " " + request.path, "not_found");
-            response.set_header("Allow", route->method);
-            return ApiError(405, request.method + " is not allowed on " + request.path + "; use " + route->method,
-                            "method_not_allowed");
-        }
-        case 413:
-            return body_too_large(max_body_bytes);
-        case 400:
-            return ApiError(400, "malformed HTTP request", "bad_request");
-        default:
-            return ApiError(response.status, "HTTP error " + std::to_string(response.status), {}, {},
-                            response.status >= 500 ? "server_error" : "invalid_request_error");
-    }
+// A path no route has: 404, or 405 with the method the path takes.
+ApiError no_route(const http::Request& request, http::Response& response) {
+    const Route* route = find_route(request.path);
+    if (!route) return ApiError(404, "no such endpoint: " + request.method + " " + request.path, "not_found");
+    response.set_header("Allow", route->method);
+    return ApiError(405, request.method + " is not allowed on " + request.path + "; use " + route->method,
+                    "method_not_allowed");
 }
 
 // Compares every byte whatever the first difference, so the time taken does not tell how much of a guess
@@ -125,9 +84,9 @@ bool same_secret(std::string_view given, std::string_view secret) {
     return difference == 0;
 }
 
-bool send_event(httplib::DataSink& sink, const std::string& data) {
+bool send_event(http::BodySink& sink, const std::string& data) {
     const std::string event = "data: " + data + "\n\n";
-    return sink.write(event.data(), event.size());
+    return sink.write(event);
 }
 
 // A request's choices, one session each.
@@ -162,7 +121,7 @@ Json next_logprobs(const ResponseMeta& meta, StreamedChoice& choice, size_t up_t
 
 // The SSE answer: per choice a role chunk (chat), text chunks and a final chunk, interleaved as they come; then a
 // usage chunk (include_usage) and [DONE]. False when the client is gone.
-bool stream_events(Generations& generations, const ResponseMeta& meta, httplib::DataSink& sink, cellm_engine* engine) {
+bool stream_events(Generations& generations, const ResponseMeta& meta, http::BodySink& sink, cellm_engine* engine) {
     std::vector<StreamedChoice> choices;
     for (const auto& g : generations) choices.push_back({g.get()});
     for (size_t i = 0; i < choices.size() && meta.endpoint == Endpoint::chat; ++i) {
@@ -210,7 +169,7 @@ bool stream_events(Generations& generations, const ResponseMeta& meta, httplib::
             choices[i].generation->next(choices.size() > 1 ? kIdlePollMs : Generation::kPollMs);
         if (event) {
             if (!handle(i, *event)) return false;
-        } else if (!sink.is_writable()) {
+        } else if (!sink.connected()) {
             // Nothing to send for now (a long prompt, a busy engine): make sure the client still listens.
             return false;
         }
@@ -223,20 +182,17 @@ bool stream_events(Generations& generations, const ResponseMeta& meta, httplib::
     } else if (meta.include_usage && !send_event(sink, dump(usage_chunk(meta, usage)))) {
         return false;
     }
-    if (!send_event(sink, "[DONE]")) return false;
-    sink.done();
-    return true;
+    return send_event(sink, "[DONE]");
 }
 
-// The whole stream runs in one call of httplib's content provider: between calls httplib ends a response for
-// good once the server is stopping, which would cut streams off without their final chunk at shutdown.
-bool stream(Generations& generations, const ResponseMeta& meta, httplib::DataSink& sink, cellm_engine* engine) {
+// The whole stream, on the worker that answers the request.
+bool stream(Generations& generations, const ResponseMeta& meta, http::BodySink& sink, cellm_engine* engine) {
     bool finished = false;
     try {
         finished = stream_events(generations, meta, sink, engine);
     } catch (...) {
         // An engine failure mid-stream: nothing more can be said to the client, the connection just ends.
-        // Nothing may escape: this runs on httplib's worker thread, outside its exception handling.
+        // Nothing may escape: the status line went out already.
     }
     if (!finished) {
         for (const auto& g : generations) g->abandon();
@@ -263,127 +219,65 @@ bool valid_utf8(std::string_view text) {
 HttpServer::HttpServer(cellm_engine* engine, ServerConfig config)
     : engine_(engine), config_(std::move(config)),
       started_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
-                   .count()),
-      http_(std::make_unique<httplib::Server>()) {
+                   .count()) {
     cellm_engine_info info{};
     info.struct_size = sizeof info;
     if (cellm_engine_get_info(engine_, &info) != CELLM_SUCCESS) throw std::runtime_error(cellm_last_error());
     n_vocab_ = info.n_vocab;
-    httplib::Server& http = *http_;
-    http.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
-    http.set_payload_max_length(config_.max_body_bytes);
-    http.set_tcp_nodelay(true);  // each SSE chunk is a small write that must leave at once
-    // httplib's default sets SO_REUSEPORT, which lets a second server share a busy port silently.
-    http.set_socket_options([](int socket) {
-        const int yes = 1;
-        setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    });
-
-    const std::pair<const char*, Endpoint> completion_routes[] = {{"/v1/chat/completions", Endpoint::chat},
-                                                                  {"/v1/completions", Endpoint::completion}};
-    for (const auto& [path, endpoint] : completion_routes) {
-        http.Post(path, [this, endpoint = endpoint](const httplib::Request& request, httplib::Response& response,
-                                                    const httplib::ContentReader& reader) {
-            respond(response, [&] {
-                const std::string body = read_body(reader, response, config_.max_body_bytes);
-                // After the body: answering before it was read would leave it in the way of the next request.
-                authorize(request);
-                completions(body, response, endpoint);
-            });
-        });
-    }
-    // llama-server's tokenizer routes.
-    const std::pair<const char*, void (HttpServer::*)(const std::string&, httplib::Response&) const> token_routes[] = {
-        {"/tokenize", &HttpServer::tokenize}, {"/detokenize", &HttpServer::detokenize}};
-    for (const auto& [path, route] : token_routes) {
-        http.Post(path, [this, route = route](const httplib::Request& request, httplib::Response& response,
-                                              const httplib::ContentReader& reader) {
-            respond(response, [&] {
-                const std::string body = read_body(reader, response, config_.max_body_bytes);
-                authorize(request);
-                (this->*route)(body, response);
-            });
-        });
-    }
-    http.Get("/v1/models", [this](const httplib::Request& request, httplib::Response& response) {
-        respond(response, [&] {
-            authorize(request);
-            models(response);
-        });
-    });
-    http.Get("/v1/models/(.+)", [this](const httplib::Request& request, httplib::Response& response) {
-        respond(response, [&] {
-            authorize(request);
-            model(request.matches[1], response);
-        });
-    });
-    http.Get("/metrics", [this](const httplib::Request& request, httplib::Response& response) {
-        respond(response, [&] {
-            authorize(request);
-            metrics(response);
-        });
-    });
-    // Open without a key: load balancers and orchestrators probe it.
-    http.Get("/health", [](const httplib::Request&, httplib::Response& response) {
-        send_json(response, 200, {{"status", "ok"}});
-    });
-
-    // Called for every answer of status >= 400, ours included: those already carry their JSON body.
-    http.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& request, httplib::Response& response) {
-            if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-            send_error(response, transport_error(request, response, config_.max_body_bytes));
-            return httplib::Server::HandlerResponse::Handled;
-        }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& response, std::exception_ptr error) {
-        std::string message = "internal error";
-        try {
-            std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-            message = e.what();
-        } catch (...) {
-            // not an exception class: nothing better to say than the generic message
-        }
-        send_error(response, ApiError(500, message, "internal_error", {}, "server_error"));
-    });
+    http::TransportLimits limits = config_.transport;
+    limits.parser.max_body_bytes = config_.max_body_bytes;
+    http::Transport::Hooks hooks;
+    hooks.handle = [this](const http::Request& request, http::Response& response) { route(request, response); };
+    // Probes never wait behind generations: health needs nothing but the loop, metrics the engine's lock.
+    hooks.lane = [](const http::Request& request) {
+        if (request.method == "GET" && request.path == "/health") return http::Lane::loop;
+        if (request.method == "GET" && request.path == "/metrics") return http::Lane::probe;
+        return http::Lane::worker;
+    };
+    hooks.refuse = [](http::Response& response, int status, const std::string& message, const std::string& code) {
+        const char* type = status == 429 ? "requests" : status >= 500 ? "server_error" : "invalid_request_error";
+        send_error(response, ApiError(status, message, code, {}, type));
+    };
     // After the answer is written, streams included, so each request is counted once with its final status.
-    http.set_logger([this](const httplib::Request& request, const httplib::Response& response) {
-        const Route* route = find_route(request.path);
-        metrics_.count_request(route ? route->path : "other", response.status);
-    });
+    hooks.answered = [this](const http::Request& request, int status) {
+        const Route* known = find_route(request.path);
+        metrics_.count_request(known ? known->path : "other", status);
+    };
+    http_ = std::make_unique<http::Transport>(limits, std::move(hooks));
 }
 
 HttpServer::~HttpServer() = default;
 
-int HttpServer::bind() {
-    errno = 0;
-    const int port = config_.port == 0 ? http_->bind_to_any_port(config_.host)
-                     : http_->bind_to_port(config_.host, config_.port) ? config_.port
-                                                                       : -1;
-    if (port < 0) {
-        const int error = errno;
-        throw std::runtime_error("cannot listen on " + config_.host + ":" + std::to_string(config_.port) +
-                                 (error != 0 ? std::string(": ") + std::strerror(error) : std::string()));
-    }
-    return port;
-}
+int HttpServer::bind() { return http_->bind(config_.host, config_.port); }
 
-void HttpServer::run() {
-    http_->listen_after_bind();
-    finished_ = true;
-}
+void HttpServer::run() { http_->run(); }
 
 void HttpServer::shutdown() {
-    // httplib's stop() does nothing before listen_after_bind() has started, and a signal may come that early.
-    while (!http_->is_running() && !finished_) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     http_->stop();
     in_flight_.drain(config_.shutdown_grace);
 }
 
-void HttpServer::authorize(const httplib::Request& request) const {
+void HttpServer::route(const http::Request& request, http::Response& response) {
+    respond(response, [&] {
+        const std::string& path = request.path;
+        const Route* known = find_route(path);
+        if (!known || request.method != known->method) throw no_route(request, response);
+        if (path == "/health") return send_json(response, 200, {{"status", "ok"}});  // open without a key
+        authorize(request);
+        if (path == "/v1/chat/completions") return completions(request.body, response, Endpoint::chat);
+        if (path == "/v1/completions") return completions(request.body, response, Endpoint::completion);
+        if (path == "/tokenize") return tokenize(request.body, response);
+        if (path == "/detokenize") return detokenize(request.body, response);
+        if (path == "/metrics") return metrics(response);
+        if (path == "/v1/models") return models(response);
+        model(path.substr(std::string_view("/v1/models/").size()), response);
+    });
+}
+
+void HttpServer::authorize(const http::Request& request) const {
     if (config_.api_key.empty()) return;
     constexpr std::string_view kBearer = "Bearer ";
-    const std::string header = request.get_header_value("Authorization");
+    const std::string header = request.header("authorization");
     if (header.empty()) {
         throw ApiError(401, "an API key is required: send it as Authorization: Bearer KEY", "invalid_api_key");
     }
@@ -393,13 +287,13 @@ void HttpServer::authorize(const httplib::Request& request) const {
     }
 }
 
-void HttpServer::completions(const std::string& body, httplib::Response& response, Endpoint endpoint) {
+void HttpServer::completions(const std::string& body, http::Response& response, Endpoint endpoint) {
     const CompletionRequest parsed = parse_completion_request(endpoint, body, n_vocab_);
     if (parsed.model && *parsed.model != config_.model_id) throw model_not_found(*parsed.model);
 
     ResponseMeta meta = new_response_meta(endpoint, config_.model_id, parsed.stream && parsed.include_usage);
     meta.logprobs = parsed.logprobs;
-    // Shared with the content provider, which httplib copies; the sessions go when the response does.
+    // Shared with the stream, which the response holds; the sessions go when the response does.
     auto generations = std::make_shared<Generations>();
     for (int32_t i = 0; i < parsed.n; ++i) {
         InFlight::Ticket ticket = in_flight_.enter();
@@ -409,10 +303,10 @@ void HttpServer::completions(const std::string& body, httplib::Response& respons
     }
     if (parsed.stream) {
         response.set_header("Cache-Control", "no-cache");
-        response.set_chunked_content_provider("text/event-stream",
-                                              [generations, meta, engine = engine_](size_t, httplib::DataSink& sink) {
-                                                  return stream(*generations, meta, sink, engine);
-                                              });
+        response.content_type = "text/event-stream";
+        response.stream = [generations, meta, engine = engine_](http::BodySink& sink) {
+            return stream(*generations, meta, sink, engine);
+        };
         return;
     }
     std::vector<Choice> choices;
@@ -435,7 +329,7 @@ void HttpServer::completions(const std::string& body, httplib::Response& respons
     send_json(response, 200, completion_json(meta, choices, usage));
 }
 
-void HttpServer::tokenize(const std::string& body, httplib::Response& response) const {
+void HttpServer::tokenize(const std::string& body, http::Response& response) const {
     const TokenizeRequest parsed = parse_tokenize_request(body);
     size_t n = 0;
     if (cellm_engine_tokenize(engine_, parsed.content.c_str(), parsed.add_special, nullptr, 0, &n) != CELLM_SUCCESS) {
@@ -464,7 +358,7 @@ void HttpServer::tokenize(const std::string& body, httplib::Response& response) 
     send_json(response, 200, {{"tokens", std::move(tokens)}});
 }
 
-void HttpServer::detokenize(const std::string& body, httplib::Response& response) const {
+void HttpServer::detokenize(const std::string& body, http::Response& response) const {
     const std::vector<int32_t> ids = parse_detokenize_request(body, n_vocab_);
     size_t length = 0;
     if (cellm_engine_detokenize(engine_, ids.data(), ids.size(), nullptr, 0, &length) != CELLM_SUCCESS) {
@@ -477,22 +371,22 @@ void HttpServer::detokenize(const std::string& body, httplib::Response& response
     send_json(response, 200, {{"content", text}});
 }
 
-void HttpServer::models(httplib::Response& response) const {
+void HttpServer::models(http::Response& response) const {
     send_json(response, 200, model_list_json(config_.model_id, started_));
 }
 
-void HttpServer::model(const std::string& id, httplib::Response& response) const {
+void HttpServer::model(const std::string& id, http::Response& response) const {
     if (id != config_.model_id) throw model_not_found(id);
     send_json(response, 200, model_json(config_.model_id, started_));
 }
 
-void HttpServer::metrics(httplib::Response& response) const {
+void HttpServer::metrics(http::Response& response) const {
     cellm_engine_stats stats{};
     stats.struct_size = sizeof stats;
     if (cellm_engine_get_stats(engine_, &stats) != CELLM_SUCCESS) {
         throw ApiError(500, cellm_last_error(), "internal_error", {}, "server_error");
     }
-    response.set_content(metrics_.render(stats), "text/plain; version=0.0.4; charset=utf-8");
+    response.set_content(metrics_.render(stats, http_->counters()), "text/plain; version=0.0.4; charset=utf-8");
 }
 
 }  // namespace cellm::server

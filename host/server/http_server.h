@@ -6,6 +6,7 @@
 #pragma once
 
 #include "generation.h"
+#include "http/transport.h"
 #include "metrics.h"
 
 #include "cellm/cellm.h"
@@ -17,12 +18,6 @@
 #include <memory>
 #include <string>
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace cellm::server {
 
 struct ServerConfig {
@@ -30,6 +25,9 @@ struct ServerConfig {
     int port = 8080;       // 0: a free port the system picks
     std::string api_key;   // empty: no authentication
     size_t max_body_bytes = size_t{1} << 20;
+    // Deadlines, connection caps, workers and the waiting queue (http/transport.h); its parser's body limit is
+    // max_body_bytes above.
+    http::TransportLimits transport;
     std::string model_id;  // what /v1/models lists; a request naming another model gets 404
     // On shutdown, how long running requests may go on before they are cut short.
     std::chrono::milliseconds shutdown_grace{10000};
@@ -53,13 +51,16 @@ public:
     void shutdown();
 
 private:
-    void authorize(const httplib::Request& request) const;
-    void completions(const std::string& body, httplib::Response& response, Endpoint endpoint);
-    void tokenize(const std::string& body, httplib::Response& response) const;
-    void detokenize(const std::string& body, httplib::Response& response) const;
-    void models(httplib::Response& response) const;
-    void model(const std::string& id, httplib::Response& response) const;
-    void metrics(httplib::Response& response) const;
+    // Every request the transport has read whole, on a worker (health on the event loop, metrics on the probe
+    // worker).
+    void route(const http::Request& request, http::Response& response);
+    void authorize(const http::Request& request) const;
+    void completions(const std::string& body, http::Response& response, Endpoint endpoint);
+    void tokenize(const std::string& body, http::Response& response) const;
+    void detokenize(const std::string& body, http::Response& response) const;
+    void models(http::Response& response) const;
+    void model(const std::string& id, http::Response& response) const;
+    void metrics(http::Response& response) const;
 
     cellm_engine* engine_;
     ServerConfig config_;
@@ -67,8 +68,7 @@ private:
     int32_t n_vocab_ = 0;  // what logit_bias and /detokenize ids must stay below
     Metrics metrics_;
     InFlight in_flight_;
-    std::atomic<bool> finished_{false};
-    std::unique_ptr<httplib::Server> http_;
+    std::unique_ptr<http::Transport> http_;
 };
 
 }  // namespace cellm::server

@@ -74,7 +74,7 @@ void Metrics::observe_inter_token(double seconds, int32_t tokens) {
     inter_token_.observe(seconds / tokens, static_cast<uint64_t>(tokens));
 }
 
-std::string Metrics::render(const cellm_engine_stats& engine) const {
+std::string Metrics::render(const cellm_engine_stats& engine, const http::TransportCounters& transport) const {
     std::string out;
     const std::lock_guard lock(mutex_);
     header(out, "cellm_requests_total", "counter", "HTTP requests answered, by endpoint and status code.");
@@ -94,6 +94,29 @@ std::string Metrics::render(const cellm_engine_stats& engine) const {
     time_to_first_token_.render(out, "cellm_time_to_first_token_seconds",
                                 "Seconds from a request's submission to its first generated text.");
     inter_token_.render(out, "cellm_inter_token_latency_seconds", "Seconds between generated tokens of a request.");
+
+    single(out, "cellm_http_connections_open", "gauge", "Client connections open.", transport.connections_open.load());
+    header(out, "cellm_http_connections_rejected_total", "counter",
+           "Connections refused at once with 503 (or dropped without descriptors), by reason.");
+    const std::pair<const char*, int64_t> rejected[] = {
+        {"limit", transport.rejected_connections.load()},
+        {"client_limit", transport.rejected_client_connections.load()},
+        {"descriptors", transport.rejected_no_descriptor.load()}};
+    for (const auto& [reason, n] : rejected) {
+        out += std::string("cellm_http_connections_rejected_total{reason=\"") + reason + "\"} " + std::to_string(n) + "\n";
+    }
+    single(out, "cellm_http_requests_rejected_total", "counter",
+           "Requests refused with 429 because the waiting queue was full.", transport.rejected_busy.load());
+    header(out, "cellm_http_requests_timed_out_total", "counter",
+           "Requests answered 408 because their headers or body did not arrive in time, by part.");
+    out += "cellm_http_requests_timed_out_total{part=\"headers\"} " + std::to_string(transport.timed_out_header.load()) + "\n";
+    out += "cellm_http_requests_timed_out_total{part=\"body\"} " + std::to_string(transport.timed_out_body.load()) + "\n";
+    single(out, "cellm_http_connections_closed_idle_total", "counter",
+           "Kept-alive connections closed after idling past the limit.", transport.closed_idle.load());
+    single(out, "cellm_http_requests_waiting", "gauge", "Requests read whole, waiting for a worker.",
+           transport.waiting.load());
+    single(out, "cellm_http_workers_busy", "gauge", "Workers running a request (a stream holds one).",
+           transport.busy.load());
     return out;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cellm/cellm.h"
+#include "http/transport.h"
 
 #include <cstdint>
 #include <map>
@@ -38,7 +39,7 @@ public:
     // `tokens` tokens arrived `seconds` after the previous ones: each is one inter-token interval.
     void observe_inter_token(double seconds, int32_t tokens);
 
-    std::string render(const cellm_engine_stats& engine) const;
+    std::string render(const cellm_engine_stats& engine, const http::TransportCounters& transport) const;
 
 private:
     mutable std::mutex mutex_;
