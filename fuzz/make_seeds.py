@@ -153,3 +153,15 @@ schemas = {
 }
 for name, data in schemas.items():
     put("json_schema", name, data)
+
+# HTTP requests: a first byte choosing the read size, then requests as a client sends them.
+http = {
+    "chat": b"\x07POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 17\r\n\r\n{\"messages\": []}\n",
+    "pipelined": b"\x00GET /health HTTP/1.1\r\n\r\nGET /v1/models/a%2Fb?x HTTP/1.0\nConnection: keep-alive\n\n",
+    "chunked": b"\x03POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
+               b"4;x=y\r\nabcd\r\n0\r\nT: v\r\n\r\n",
+    "bad": b"\x3fGET / HTTP/2.0\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+}
+for name, data in http.items():
+    put("http_request", name, data)

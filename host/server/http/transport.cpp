@@ -378,7 +378,9 @@ struct Transport::Loop {
         {
             std::lock_guard lock(mutex);
             std::deque<Job>& queue = lane == Lane::probe ? probes : jobs;
-            if (queue.size() < limits.max_waiting) {
+            // Jobs that idle workers are about to take do not wait.
+            const size_t idle = lane == Lane::probe ? 0 : limits.workers - static_cast<size_t>(counters.busy.load());
+            if (queue.size() < limits.max_waiting + idle) {
                 epoll_ctl(epoll_fd, EPOLL_CTL_DEL, c.fd, nullptr);
                 auto it = connections.find(c.fd);
                 queue.push_back({std::move(it->second), std::move(request), keep_alive});
