@@ -27,7 +27,7 @@ esac
 # The arm64 -dev packages beside the build machine's own (multiarch), the cross compiler and qemu-user.
 packages=(g++-aarch64-linux-gnu qemu-user cmake make pkg-config python3 python3-pip nlohmann-json3-dev libcli11-dev
           glslang-tools libtomlplusplus-dev:arm64 libspdlog-dev:arm64 libfmt-dev:arm64 libopenblas-dev:arm64
-          libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64 libpcre2-dev:arm64 libcpp-httplib-dev:arm64
+          libgtest-dev:arm64 libgmock-dev:arm64 libbenchmark-dev:arm64 libpcre2-dev:arm64
           libpng-dev:arm64 libjpeg62-turbo-dev:arm64)
 missing=()
 for p in "${packages[@]}"; do

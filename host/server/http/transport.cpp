@@ -342,7 +342,10 @@ struct Transport::Loop {
                     if (!c.in_body) start_body(c);
                     return;
                 case RequestParser::State::failed:
-                    return refuse_and_close(c, c.parser.error_status(), c.parser.error(), "bad_request");
+                    return refuse_and_close(c, c.parser.error_status(), c.parser.error(),
+                                            c.parser.error_status() == 413   ? "request_too_large"
+                                            : c.parser.error_status() == 431 ? "request_header_fields_too_large"
+                                                                             : "bad_request");
                 case RequestParser::State::complete:
                     if (!dispatch(c)) return;
                     break;
