@@ -308,6 +308,48 @@ void read_policy(const Section& root, PolicyConfig& policy) {
     policy.max_tokens_per_second = rate;
 }
 
+// A key given: its checked value in `out`; absent: `out` stays empty.
+template <class T, class Read>
+void optional_key(const Section& section, std::string_view key, std::optional<T>& out, Read read) {
+    if (section.find(key) == nullptr) return;
+    T value{};
+    read(value);
+    out = value;
+}
+
+void read_server(const Section& root, ServeConfig& serve) {
+    const Section section = root.section("server");
+    section.reject_unknown({"host", "port", "max_body_bytes", "header_timeout", "body_timeout", "min_body_rate",
+                            "idle_timeout", "write_timeout", "max_connections", "max_connections_per_client",
+                            "workers", "max_waiting"});
+    optional_key(section, "host", serve.host, [&](std::string& v) { section.string("host", v); });
+    optional_key(section, "port", serve.port, [&](int32_t& v) {
+        section.integer("port", v, [](int64_t x) { return x >= 0 && x <= 65535; }, "must be from 0 to 65535");
+    });
+    const auto positive = [](int64_t x) { return x >= 1; };
+    for (const auto& [key, out] : {std::pair{"max_body_bytes", &serve.max_body_bytes},
+                                   std::pair{"min_body_rate", &serve.min_body_rate},
+                                   std::pair{"max_connections", &serve.max_connections},
+                                   std::pair{"max_waiting", &serve.max_waiting}}) {
+        optional_key(section, key, *out, [&](int64_t& v) { section.integer(key, v, positive, "must be at least 1"); });
+    }
+    optional_key(section, "max_connections_per_client", serve.max_connections_per_client, [&](int64_t& v) {
+        section.integer("max_connections_per_client", v, [](int64_t x) { return x >= 0; }, "must be at least 0 (0: no cap)");
+    });
+    optional_key(section, "workers", serve.workers, [&](int64_t& v) {
+        section.integer("workers", v, [](int64_t x) { return x >= 1 && x <= 4096; }, "must be from 1 to 4096");
+    });
+    for (const auto& [key, out] : {std::pair{"header_timeout", &serve.header_timeout},
+                                   std::pair{"body_timeout", &serve.body_timeout},
+                                   std::pair{"idle_timeout", &serve.idle_timeout},
+                                   std::pair{"write_timeout", &serve.write_timeout}}) {
+        optional_key(section, key, *out, [&](float& v) {
+            section.number(key, v, [](double x) { return x >= 0.001 && x <= 86400; },
+                           "must be from 0.001 to 86400 seconds");
+        });
+    }
+}
+
 void read_sessions(const Section& root, const GenerationConfig& defaults, std::vector<SessionConfig>& sessions) {
     const toml::node* node = root.find("session");
     if (node == nullptr) return;
@@ -382,7 +424,8 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& sour
                                 e.description()));
     }
     const Section root(file, document, "");
-    root.reject_unknown({"model", "backend", "context", "sampling", "chat", "scheduler", "policy", "session", "plugins"});
+    root.reject_unknown({"model", "backend", "context", "sampling", "chat", "scheduler", "policy", "server", "session",
+                         "plugins"});
 
     Manifest manifest;
     manifest.source = source;
@@ -394,6 +437,7 @@ Manifest parse_manifest(std::string_view text, const std::filesystem::path& sour
     read_chat(root, manifest.chat);
     read_scheduler(root, manifest.scheduler);
     read_policy(root, manifest.policy);
+    read_server(root, manifest.serve);
     read_sessions(root, manifest.generation, manifest.sessions);
     read_plugins(root, base, manifest.plugin_paths);
     return manifest;

@@ -67,6 +67,16 @@ struct PolicyConfig {
     double max_tokens_per_second = 0;  // generated tokens per second over all sessions; 0: no cap
 };
 
+// [server]: `cellm-host serve`'s address and limits (docs/server.md). A key left out keeps the server's default;
+// a flag given on the command line wins over the key.
+struct ServeConfig {
+    std::optional<std::string> host;
+    std::optional<int32_t> port;
+    std::optional<int64_t> max_body_bytes;
+    std::optional<float> header_timeout, body_timeout, idle_timeout, write_timeout;  // seconds
+    std::optional<int64_t> min_body_rate, max_connections, max_connections_per_client, workers, max_waiting;
+};
+
 struct ChatConfig {
     std::string template_name = "auto";        // auto | chatml | llama3 | gemma | plain
     std::optional<std::string> system_prompt;  // unset: the template's own default
@@ -81,6 +91,7 @@ struct Manifest {
     ChatConfig chat;
     SchedulerConfig scheduler;
     PolicyConfig policy;
+    ServeConfig serve;
     std::vector<SessionConfig> sessions;
     std::vector<std::filesystem::path> plugin_paths;  // resolved like model.path, in manifest order
     // Set for manifest_for_model: the model file's own general.sampling.* keys replace the [sampling] defaults.

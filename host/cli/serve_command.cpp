@@ -6,6 +6,7 @@
 #include "sdk_handles.h"
 
 #include "http_server.h"
+#include "manifest.h"
 #include "signal_watcher.h"
 
 #include "cellm/cellm.h"
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 
 namespace cellm::cli {
@@ -26,14 +28,58 @@ struct ServeOptions {
     std::string manifest;
     std::optional<std::string> model, mmproj, backend, precision;
     int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
-    server::ServerConfig server;
+    std::string api_key;
     std::string model_alias;
-    // Seconds, as flags take them (http::TransportLimits keeps milliseconds).
-    double header_timeout = 0, body_timeout = 0, idle_timeout = 0, write_timeout = 0;
+    // The server's settings as flags: each given one wins over the manifest's [server] key.
+    std::optional<std::string> host;
+    std::optional<int32_t> port;
+    std::optional<int64_t> max_body_bytes;
+    std::optional<float> header_timeout, body_timeout, idle_timeout, write_timeout;  // seconds
+    std::optional<int64_t> min_body_rate, max_connections, max_connections_per_client, workers, max_waiting;
 };
 
-std::chrono::milliseconds milliseconds(double seconds) {
-    return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+// The server's settings: its defaults, then the manifest's [server] keys, then the flags given.
+server::ServerConfig server_config(const ServeOptions& o) {
+    ServeConfig settings;
+    if (!o.manifest.empty()) settings = load_manifest(o.manifest).serve;
+    const auto take = [](auto& into, const auto& flag) {
+        if (flag) into = flag;
+    };
+    take(settings.host, o.host);
+    take(settings.port, o.port);
+    take(settings.max_body_bytes, o.max_body_bytes);
+    take(settings.header_timeout, o.header_timeout);
+    take(settings.body_timeout, o.body_timeout);
+    take(settings.idle_timeout, o.idle_timeout);
+    take(settings.write_timeout, o.write_timeout);
+    take(settings.min_body_rate, o.min_body_rate);
+    take(settings.max_connections, o.max_connections);
+    take(settings.max_connections_per_client, o.max_connections_per_client);
+    take(settings.workers, o.workers);
+    take(settings.max_waiting, o.max_waiting);
+
+    server::ServerConfig config;
+    server::http::TransportLimits& limits = config.transport;
+    config.host = settings.host.value_or(config.host);
+    config.port = settings.port.value_or(config.port);
+    config.api_key = o.api_key;
+    const auto count = [](size_t& into, const std::optional<int64_t>& value) {
+        if (value) into = static_cast<size_t>(*value);
+    };
+    const auto seconds = [](std::chrono::milliseconds& into, const std::optional<float>& value) {
+        if (value) into = std::chrono::milliseconds(static_cast<int64_t>(static_cast<double>(*value) * 1000.0 + 0.5));
+    };
+    count(config.max_body_bytes, settings.max_body_bytes);
+    seconds(limits.header_timeout, settings.header_timeout);
+    seconds(limits.body_timeout, settings.body_timeout);
+    seconds(limits.idle_timeout, settings.idle_timeout);
+    seconds(limits.write_timeout, settings.write_timeout);
+    count(limits.min_body_rate, settings.min_body_rate);
+    count(limits.max_connections, settings.max_connections);
+    count(limits.max_connections_per_client, settings.max_connections_per_client);
+    count(limits.workers, settings.workers);
+    count(limits.max_waiting, settings.max_waiting);
+    return config;
 }
 
 EnginePtr open_engine(const ServeOptions& o) {
@@ -89,67 +135,68 @@ Command add_serve(CLI::App& app) {
     app.add_option("--max-sessions", o->max_sessions,
                    "Sessions in the engine's steps at once (overrides [scheduler].max_running)")
         ->check(CLI::PositiveNumber);
-    app.add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
-    app.add_option("--port", o->server.port, "Port to listen on; 0 picks a free one")
-        ->capture_default_str()
-        ->check(CLI::Range(0, 65535));
-    app.add_option("--api-key", o->server.api_key, "Require this key as 'Authorization: Bearer KEY' (not on /health)")
+    app.add_option("--api-key", o->api_key, "Require this key as 'Authorization: Bearer KEY' (not on /health)")
         ->envname("CELLM_API_KEY");
-    app.add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body; larger ones get 413")
-        ->capture_default_str()
-        ->check(CLI::PositiveNumber);
     app.add_option("--model-alias", o->model_alias, "Model id to serve as (default: the model file's name without extension)");
 
-    // Limits against slow, idle and flooding clients (docs/server.md, "Limits"); defaults from TransportLimits.
-    server::http::TransportLimits& limits = o->server.transport;
-    o->header_timeout = static_cast<double>(limits.header_timeout.count()) / 1000.0;
-    o->body_timeout = static_cast<double>(limits.body_timeout.count()) / 1000.0;
-    o->idle_timeout = static_cast<double>(limits.idle_timeout.count()) / 1000.0;
-    o->write_timeout = static_cast<double>(limits.write_timeout.count()) / 1000.0;
+    // The server's address and its limits against slow, idle and flooding clients (docs/server.md); each
+    // overrides the manifest's [server] key. The defaults are ServerConfig's and TransportLimits'.
+    const server::ServerConfig defaults;
+    const server::http::TransportLimits& limits = defaults.transport;
+    const auto with_default = [](const std::string& what, const auto& value) {
+        std::ostringstream text;
+        text << what << " ([server] key; default " << value << ")";
+        return text.str();
+    };
+    const auto in_seconds = [](std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; };
     const auto positive_seconds = CLI::Range(0.001, 86400.0);
+    app.add_option("--host", o->host, with_default("Address to listen on", defaults.host));
+    app.add_option("--port", o->port, with_default("Port to listen on; 0 picks a free one", defaults.port))
+        ->check(CLI::Range(0, 65535));
+    app.add_option("--max-body-bytes", o->max_body_bytes,
+                   with_default("Largest request body; larger ones get 413", defaults.max_body_bytes))
+        ->check(CLI::PositiveNumber);
     app.add_option("--header-timeout", o->header_timeout,
-                   "Seconds a client has to send a request's line and headers, however it trickles them; then 408")
-        ->capture_default_str()
+                   with_default("Seconds a client has to send a request's line and headers, however it trickles "
+                                "them; then 408", in_seconds(limits.header_timeout)))
         ->check(positive_seconds);
     app.add_option("--body-timeout", o->body_timeout,
-                   "Seconds a client has to send a body, plus its length at --min-body-rate; then 408")
-        ->capture_default_str()
+                   with_default("Seconds a client has to send a body, plus its length at --min-body-rate; then 408",
+                                in_seconds(limits.body_timeout)))
         ->check(positive_seconds);
-    app.add_option("--min-body-rate", limits.min_body_rate, "Bytes per second a body must average past --body-timeout")
-        ->capture_default_str()
+    app.add_option("--min-body-rate", o->min_body_rate,
+                   with_default("Bytes per second a body must average past --body-timeout", limits.min_body_rate))
         ->check(CLI::PositiveNumber);
-    app.add_option("--idle-timeout", o->idle_timeout, "Seconds a kept-alive connection may idle between requests")
-        ->capture_default_str()
+    app.add_option("--idle-timeout", o->idle_timeout,
+                   with_default("Seconds a kept-alive connection may idle between requests",
+                                in_seconds(limits.idle_timeout)))
         ->check(positive_seconds);
     app.add_option("--write-timeout", o->write_timeout,
-                   "Seconds a client may leave its answer unread (a stream's too) before it is dropped")
-        ->capture_default_str()
+                   with_default("Seconds a client may leave its answer unread (a stream's too) before it is dropped",
+                                in_seconds(limits.write_timeout)))
         ->check(positive_seconds);
-    app.add_option("--max-connections", limits.max_connections,
-                   "Open connections in all; beyond, 503 at once (also capped by the open-file limit)")
-        ->capture_default_str()
+    app.add_option("--max-connections", o->max_connections,
+                   with_default("Open connections in all; beyond, 503 at once (also capped by the open-file limit)",
+                                limits.max_connections))
         ->check(CLI::PositiveNumber);
-    app.add_option("--max-connections-per-client", limits.max_connections_per_client,
-                   "Open connections per client address; beyond, 503 at once; 0: no cap")
-        ->capture_default_str();
-    app.add_option("--workers", limits.workers, "Requests answered at once (each stream holds one worker)")
-        ->capture_default_str()
+    app.add_option("--max-connections-per-client", o->max_connections_per_client,
+                   with_default("Open connections per client address; beyond, 503 at once; 0: no cap",
+                                limits.max_connections_per_client))
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--workers", o->workers,
+                   with_default("Requests answered at once (each stream holds one worker)", limits.workers))
         ->check(CLI::Range(1, 4096));
-    app.add_option("--max-waiting", limits.max_waiting,
-                   "Requests read and waiting for a worker; beyond, 429 with Retry-After at once")
-        ->capture_default_str()
+    app.add_option("--max-waiting", o->max_waiting,
+                   with_default("Requests read and waiting for a worker; beyond, 429 with Retry-After at once",
+                                limits.max_waiting))
         ->check(CLI::PositiveNumber);
 
     return [o]() {
         if (o->manifest.empty() && !o->model) {
             throw cellm::Error("give --model FILE (a model file or folder), or --manifest FILE");
         }
+        server::ServerConfig config = server_config(*o);
         const EnginePtr engine = open_engine(*o);
-        server::ServerConfig config = o->server;
-        config.transport.header_timeout = milliseconds(o->header_timeout);
-        config.transport.body_timeout = milliseconds(o->body_timeout);
-        config.transport.idle_timeout = milliseconds(o->idle_timeout);
-        config.transport.write_timeout = milliseconds(o->write_timeout);
         config.model_id = o->model_alias.empty() ? model_id(engine.get()) : o->model_alias;
         server::HttpServer http(engine.get(), config);
         const int port = http.bind();

@@ -370,3 +370,45 @@ TEST(ManifestServing, RejectsBadSessionsAndLimits) {
 
 }  // namespace
 }  // namespace cellm
+
+namespace cellm {
+namespace {
+
+TEST(Manifest, ServerSectionKeysAreOptional) {
+    const Manifest none = parse(model);
+    EXPECT_FALSE(none.serve.host || none.serve.port || none.serve.header_timeout || none.serve.workers);
+    const Manifest m = parse(model + "[server]\nhost = \"::1\"\nport = 0\nmax_body_bytes = 4096\nheader_timeout = 2.5\n"
+                                     "body_timeout = 3\nmin_body_rate = 100\nidle_timeout = 1\nwrite_timeout = 60\n"
+                                     "max_connections = 100\nmax_connections_per_client = 0\nworkers = 8\n"
+                                     "max_waiting = 16\n");
+    EXPECT_EQ(m.serve.host, "::1");
+    EXPECT_EQ(m.serve.port, 0);
+    EXPECT_EQ(m.serve.max_body_bytes, 4096);
+    EXPECT_EQ(m.serve.header_timeout, 2.5f);
+    EXPECT_EQ(m.serve.body_timeout, 3.0f);
+    EXPECT_EQ(m.serve.min_body_rate, 100);
+    EXPECT_EQ(m.serve.idle_timeout, 1.0f);
+    EXPECT_EQ(m.serve.write_timeout, 60.0f);
+    EXPECT_EQ(m.serve.max_connections, 100);
+    EXPECT_EQ(m.serve.max_connections_per_client, 0);
+    EXPECT_EQ(m.serve.workers, 8);
+    EXPECT_EQ(m.serve.max_waiting, 16);
+}
+
+TEST(Manifest, ServerSectionRefusesBadValues) {
+    const auto message_of = [](const std::string& text) {
+        const std::string message = error_of(model + "[server]\n" + text + "\n");
+        return message.substr(message.find(": ") + 2);
+    };
+    EXPECT_EQ(message_of("port = 70000"), "server.port: must be from 0 to 65535, got 70000");
+    EXPECT_EQ(message_of("header_timeout = 0"), "server.header_timeout: must be from 0.001 to 86400 seconds, got 0");
+    EXPECT_EQ(message_of("workers = 0"), "server.workers: must be from 1 to 4096, got 0");
+    EXPECT_EQ(message_of("max_waiting = -2"), "server.max_waiting: must be at least 1, got -2");
+    EXPECT_EQ(message_of("max_connections_per_client = -1"),
+              "server.max_connections_per_client: must be at least 0 (0: no cap), got -1");
+    EXPECT_EQ(message_of("idle_timeout = \"5\""), "server.idle_timeout: expected a number, got a string");
+    EXPECT_NE(message_of("idle_timeot = 5").find("did you mean 'idle_timeout'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cellm

@@ -8,12 +8,13 @@ import json
 import random
 import resource
 import socket
+import subprocess
 import time
 
 import httpx
 import pytest
 
-from support import metric, wait_for_metric
+from support import MANIFEST, Server, metric, wait_for_metric
 
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 1.0
@@ -161,6 +162,34 @@ def test_connection_caps_answer_503(start_server):
     samples = server.metrics()
     assert metric(samples, "cellm_http_connections_rejected_total", reason="client_limit") == 1
     assert metric(samples, "cellm_http_connections_rejected_total", reason="limit") >= 1
+
+
+def test_manifest_server_section_and_flags_over_it(cellm_host, model_path, tmp_path):
+    """[server] keys set the limits; a flag wins over its key (Server passes --port 0 over port = 1)."""
+    text = MANIFEST.read_text().replace('paths = ["../build/bin/plugins"]',
+                                        f'paths = ["{MANIFEST.parent.parent / "build/bin/plugins"}"]')
+    manifest = tmp_path / "server.toml"
+    manifest.write_text(text + "\n[server]\nport = 1\nmax_connections_per_client = 3\n")
+    server = Server(cellm_host, model_path, ("--max-connections-per-client", "2"), manifest=manifest)
+    try:
+        held = [connect_from(server, "127.0.14.1") for _ in range(2)]
+        time.sleep(0.2)
+        over = connect_from(server, "127.0.14.1")
+        assert read_until_closed(over, 5).startswith(b"HTTP/1.1 503 ")
+        for s in held + [over]:
+            s.close()
+    finally:
+        server.stop()
+
+
+def test_bad_server_section_is_one_error_line(cellm_host, model_path, tmp_path):
+    manifest = tmp_path / "bad.toml"
+    manifest.write_text(MANIFEST.read_text() + "\n[server]\nworkers = 0\n")
+    result = subprocess.run([cellm_host, "serve", "--manifest", str(manifest), "--model", model_path, "--port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "server.workers: must be from 1 to 4096, got 0" in lines[0], result.stderr
 
 
 async def stream_events_raw(reader):
