@@ -58,6 +58,7 @@ struct Connection {
     bool counted = false;  // in connections_open and its client's count (a refused one never is)
     bool close_after_write = false;
     bool keep_alive = true;  // set by the worker: whether the connection may serve another request
+    bool eof = false;        // the client closed its end after sending: its last request is still answered
     std::string in;   // bytes read and not parsed yet (the rest of a request, or pipelined ones)
     std::string out;  // the part of a loop-made answer not written yet
     Clock::time_point write_deadline;  // while `out` is not empty
@@ -189,7 +190,10 @@ struct Transport::Loop {
     // and reads no answers is held by the socket's buffers, not ours.
     void watch(const Connection& c, int op) const {
         epoll_event event{};
-        event.events = EPOLLRDHUP | (c.out.empty() ? static_cast<uint32_t>(EPOLLIN) : static_cast<uint32_t>(EPOLLOUT));
+        event.events = c.eof                ? 0u
+                       : c.out.empty() ? static_cast<uint32_t>(EPOLLIN | EPOLLRDHUP)
+                                       : static_cast<uint32_t>(EPOLLOUT | EPOLLRDHUP);
+        if (c.eof && !c.out.empty()) event.events = EPOLLOUT;
         event.data.fd = c.fd;
         epoll_ctl(epoll_fd, op, c.fd, &event);
     }
@@ -317,6 +321,12 @@ struct Transport::Loop {
             const ssize_t n = ::recv(c.fd, buffer, sizeof buffer, MSG_DONTWAIT);
             if (n < 0 && errno == EINTR) continue;
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+            if (n == 0 && !c.in.empty() && c.phase != Phase::lingering) {
+                // Closed after sending (a half-close): answer what was sent, then close.
+                c.eof = true;
+                watch(c, EPOLL_CTL_MOD);
+                return true;
+            }
             if (n <= 0) {
                 close_connection(c);
                 return false;
@@ -367,7 +377,7 @@ struct Transport::Loop {
 
     // A request read whole: answered here (true, `c` still the loop's) or handed to a worker (false).
     bool dispatch(Connection& c) {
-        const bool keep_alive = c.parser.keep_alive() && !stopping;
+        const bool keep_alive = c.parser.keep_alive() && !stopping && !c.eof;
         Request request = c.parser.take();
         request.peer = c.peer;
         const Lane lane = hooks.lane(request);
@@ -489,9 +499,12 @@ struct Transport::Loop {
             if (c->out.empty() && c->phase != Phase::lingering) process(*c);
         }
         c = find(fd);
-        if (c && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+        if (c && !c->eof && (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
             if (!read_input(*c)) return;
             process(*c);
+            // A half-closed client whose input ended before a whole request: nothing more will come.
+            c = find(fd);
+            if (c && c->eof && c->out.empty() && c->phase != Phase::lingering) close_connection(*c);
         }
     }
 
