@@ -321,7 +321,7 @@ void read_server(const Section& root, ServeConfig& serve) {
     const Section section = root.section("server");
     section.reject_unknown({"host", "port", "max_body_bytes", "header_timeout", "body_timeout", "min_body_rate",
                             "idle_timeout", "write_timeout", "max_connections", "max_connections_per_client",
-                            "workers", "max_waiting"});
+                            "workers", "max_waiting", "max_request_seconds"});
     optional_key(section, "host", serve.host, [&](std::string& v) { section.string("host", v); });
     optional_key(section, "port", serve.port, [&](int32_t& v) {
         section.integer("port", v, [](int64_t x) { return x >= 0 && x <= 65535; }, "must be from 0 to 65535");
@@ -348,6 +348,10 @@ void read_server(const Section& root, ServeConfig& serve) {
                            "must be from 0.001 to 86400 seconds");
         });
     }
+    optional_key(section, "max_request_seconds", serve.max_request_seconds, [&](float& v) {
+        section.number("max_request_seconds", v, [](double x) { return x >= 0 && x <= 86400 * 7; },
+                       "must be from 0 (no limit) to 604800 seconds");
+    });
 }
 
 void read_sessions(const Section& root, const GenerationConfig& defaults, std::vector<SessionConfig>& sessions) {

@@ -74,6 +74,7 @@ struct ServeConfig {
     std::optional<int32_t> port;
     std::optional<int64_t> max_body_bytes;
     std::optional<float> header_timeout, body_timeout, idle_timeout, write_timeout;  // seconds
+    std::optional<float> max_request_seconds;  // 0: no limit
     std::optional<int64_t> min_body_rate, max_connections, max_connections_per_client, workers, max_waiting;
 };
 

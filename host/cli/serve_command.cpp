@@ -34,7 +34,7 @@ struct ServeOptions {
     std::optional<std::string> host;
     std::optional<int32_t> port;
     std::optional<int64_t> max_body_bytes;
-    std::optional<float> header_timeout, body_timeout, idle_timeout, write_timeout;  // seconds
+    std::optional<float> header_timeout, body_timeout, idle_timeout, write_timeout, max_request_seconds;  // seconds
     std::optional<int64_t> min_body_rate, max_connections, max_connections_per_client, workers, max_waiting;
 };
 
@@ -52,6 +52,7 @@ server::ServerConfig server_config(const ServeOptions& o) {
     take(settings.body_timeout, o.body_timeout);
     take(settings.idle_timeout, o.idle_timeout);
     take(settings.write_timeout, o.write_timeout);
+    take(settings.max_request_seconds, o.max_request_seconds);
     take(settings.min_body_rate, o.min_body_rate);
     take(settings.max_connections, o.max_connections);
     take(settings.max_connections_per_client, o.max_connections_per_client);
@@ -74,6 +75,7 @@ server::ServerConfig server_config(const ServeOptions& o) {
     seconds(limits.body_timeout, settings.body_timeout);
     seconds(limits.idle_timeout, settings.idle_timeout);
     seconds(limits.write_timeout, settings.write_timeout);
+    seconds(config.max_request_duration, settings.max_request_seconds);
     count(limits.min_body_rate, settings.min_body_rate);
     count(limits.max_connections, settings.max_connections);
     count(limits.max_connections_per_client, settings.max_connections_per_client);
@@ -175,6 +177,10 @@ Command add_serve(CLI::App& app) {
                    with_default("Seconds a client may leave its answer unread (a stream's too) before it is dropped",
                                 in_seconds(limits.write_timeout)))
         ->check(positive_seconds);
+    app.add_option("--max-request-seconds", o->max_request_seconds,
+                   with_default("Seconds a generation may run after its request was read; then it ends as at "
+                                "max_tokens; 0: no limit", 0))
+        ->check(CLI::Range(0.0, 604800.0));
     app.add_option("--max-connections", o->max_connections,
                    with_default("Open connections in all; beyond, 503 at once (also capped by the open-file limit)",
                                 limits.max_connections))

@@ -72,8 +72,9 @@ void InFlight::drain(std::chrono::milliseconds grace) {
 }
 
 Generation::Generation(cellm_engine* engine, const CompletionRequest& request, int32_t choice, const std::string& name,
-                       InFlight::Ticket ticket, Metrics& metrics)
-    : ticket_(std::move(ticket)), metrics_(metrics) {
+                       InFlight::Ticket ticket, Metrics& metrics,
+                       std::optional<std::chrono::steady_clock::time_point> deadline)
+    : ticket_(std::move(ticket)), metrics_(metrics), deadline_(deadline) {
     check_takes_images(engine, request);
     cellm_session_options options{};
     options.struct_size = sizeof options;
@@ -115,7 +116,9 @@ Generation::~Generation() {
 }
 
 std::optional<cellm_event> Generation::next(int32_t timeout_ms) {
-    if (!cancel_sent_ && ticket_->cancelling()) {
+    const bool overdue = deadline_ && std::chrono::steady_clock::now() >= *deadline_;
+    if (!cancel_sent_ && (ticket_->cancelling() || overdue)) {
+        if (overdue) metrics_.count_overdue();
         cellm_session_cancel(session_.get());
         cancel_sent_ = true;
     }

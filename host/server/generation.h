@@ -63,8 +63,10 @@ public:
     // if it has any. Throws ApiError: 400 for a prompt that can never run (code context_length_exceeded), for a
     // grammar or schema the engine refuses (param: the field it came from), for images when the model takes none
     // and for an image the engine cannot decode, 500 for an engine failure.
+    // A turn still running at `deadline` (when given) is cancelled there, and ends as if it reached max_tokens.
     Generation(cellm_engine* engine, const CompletionRequest& request, int32_t choice, const std::string& name,
-               InFlight::Ticket ticket, Metrics& metrics);
+               InFlight::Ticket ticket, Metrics& metrics,
+               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
     ~Generation();
     Generation(const Generation&) = delete;
     Generation& operator=(const Generation&) = delete;
@@ -93,6 +95,7 @@ private:
     };
     std::unique_ptr<cellm_session, Destroy> session_;
     std::chrono::steady_clock::time_point submitted_, last_text_;
+    std::optional<std::chrono::steady_clock::time_point> deadline_;
     int32_t tokens_seen_ = 0;
     bool text_seen_ = false;
     bool cancel_sent_ = false;

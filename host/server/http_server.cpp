@@ -295,11 +295,14 @@ void HttpServer::completions(const std::string& body, http::Response& response, 
     meta.logprobs = parsed.logprobs;
     // Shared with the stream, which the response holds; the sessions go when the response does.
     auto generations = std::make_shared<Generations>();
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    if (config_.max_request_duration.count() > 0) deadline = std::chrono::steady_clock::now() + config_.max_request_duration;
     for (int32_t i = 0; i < parsed.n; ++i) {
         InFlight::Ticket ticket = in_flight_.enter();
         if (!ticket) throw ApiError(503, "the server is shutting down", "server_shutting_down", {}, "server_error");
         const std::string name = parsed.n == 1 ? meta.id : meta.id + "/" + std::to_string(i);
-        generations->push_back(std::make_unique<Generation>(engine_, parsed, i, name, std::move(ticket), metrics_));
+        generations->push_back(
+            std::make_unique<Generation>(engine_, parsed, i, name, std::move(ticket), metrics_, deadline));
     }
     if (parsed.stream) {
         response.set_header("Cache-Control", "no-cache");

@@ -29,6 +29,9 @@ struct ServerConfig {
     // max_body_bytes above.
     http::TransportLimits transport;
     std::string model_id;  // what /v1/models lists; a request naming another model gets 404
+    // A generation still running this long after its request was read is cancelled (ends as if at max_tokens);
+    // 0: no limit.
+    std::chrono::milliseconds max_request_duration{0};
     // On shutdown, how long running requests may go on before they are cut short.
     std::chrono::milliseconds shutdown_grace{10000};
 };

@@ -74,6 +74,11 @@ void Metrics::observe_inter_token(double seconds, int32_t tokens) {
     inter_token_.observe(seconds / tokens, static_cast<uint64_t>(tokens));
 }
 
+void Metrics::count_overdue() {
+    const std::lock_guard lock(mutex_);
+    ++overdue_;
+}
+
 std::string Metrics::render(const cellm_engine_stats& engine, const http::TransportCounters& transport) const {
     std::string out;
     const std::lock_guard lock(mutex_);
@@ -95,6 +100,8 @@ std::string Metrics::render(const cellm_engine_stats& engine, const http::Transp
                                 "Seconds from a request's submission to its first generated text.");
     inter_token_.render(out, "cellm_inter_token_latency_seconds", "Seconds between generated tokens of a request.");
 
+    single(out, "cellm_requests_cut_total", "counter",
+           "Turns cancelled at the maximum request duration (--max-request-seconds).", overdue_);
     single(out, "cellm_http_connections_open", "gauge", "Client connections open.", transport.connections_open.load());
     header(out, "cellm_http_connections_rejected_total", "counter",
            "Connections refused at once with 503 (or dropped without descriptors), by reason.");

@@ -38,6 +38,8 @@ public:
     void observe_time_to_first_token(double seconds);
     // `tokens` tokens arrived `seconds` after the previous ones: each is one inter-token interval.
     void observe_inter_token(double seconds, int32_t tokens);
+    // A turn cut at the server's maximum request duration.
+    void count_overdue();
 
     std::string render(const cellm_engine_stats& engine, const http::TransportCounters& transport) const;
 
@@ -46,6 +48,7 @@ private:
     std::map<std::pair<std::string, int>, uint64_t> requests_;
     int64_t prompt_tokens_ = 0;
     int64_t generation_tokens_ = 0;
+    int64_t overdue_ = 0;
     Histogram time_to_first_token_;
     Histogram inter_token_;
 };

@@ -380,7 +380,7 @@ TEST(Manifest, ServerSectionKeysAreOptional) {
     const Manifest m = parse(model + "[server]\nhost = \"::1\"\nport = 0\nmax_body_bytes = 4096\nheader_timeout = 2.5\n"
                                      "body_timeout = 3\nmin_body_rate = 100\nidle_timeout = 1\nwrite_timeout = 60\n"
                                      "max_connections = 100\nmax_connections_per_client = 0\nworkers = 8\n"
-                                     "max_waiting = 16\n");
+                                     "max_waiting = 16\nmax_request_seconds = 0\n");
     EXPECT_EQ(m.serve.host, "::1");
     EXPECT_EQ(m.serve.port, 0);
     EXPECT_EQ(m.serve.max_body_bytes, 4096);
@@ -393,6 +393,7 @@ TEST(Manifest, ServerSectionKeysAreOptional) {
     EXPECT_EQ(m.serve.max_connections_per_client, 0);
     EXPECT_EQ(m.serve.workers, 8);
     EXPECT_EQ(m.serve.max_waiting, 16);
+    EXPECT_EQ(m.serve.max_request_seconds, 0.0f);
 }
 
 TEST(Manifest, ServerSectionRefusesBadValues) {
@@ -406,6 +407,8 @@ TEST(Manifest, ServerSectionRefusesBadValues) {
     EXPECT_EQ(message_of("max_waiting = -2"), "server.max_waiting: must be at least 1, got -2");
     EXPECT_EQ(message_of("max_connections_per_client = -1"),
               "server.max_connections_per_client: must be at least 0 (0: no cap), got -1");
+    EXPECT_EQ(message_of("max_request_seconds = -1"),
+              "server.max_request_seconds: must be from 0 (no limit) to 604800 seconds, got -1");
     EXPECT_EQ(message_of("idle_timeout = \"5\""), "server.idle_timeout: expected a number, got a string");
     EXPECT_NE(message_of("idle_timeot = 5").find("did you mean 'idle_timeout'"), std::string::npos);
 }

@@ -166,6 +166,20 @@ def test_half_closed_client_still_gets_its_answer(server, model_id):
         s.close()
 
 
+def test_max_request_duration_cuts_a_long_generation(start_server, model_id):
+    server = start_server("--max-request-seconds", "1")
+    started = time.monotonic()
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        answer = http.post("/v1/completions", json={**counting_body(model_id, 480), "stream": False})
+    seconds = time.monotonic() - started
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"]["completion_tokens"] < 480 and seconds < 1.0 + SLACK + 1.0, (body["usage"], seconds)
+    assert metric(server.metrics(), "cellm_requests_cut_total") == 1
+    assert metric(server.metrics(), "cellm_kv_blocks_used") == 0
+
+
 def test_connection_caps_answer_503(start_server):
     server = start_server("--max-connections", "40", "--max-connections-per-client", "10")
     one_client = [connect_from(server, "127.0.6.1") for _ in range(10)]
