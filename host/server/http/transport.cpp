@@ -494,6 +494,10 @@ struct Transport::Loop {
 
     void on_event(int fd, uint32_t events) {
         Connection* c = find(fd);
+        // Hung up with nothing left to send or read: done.
+        if (c && (events & (EPOLLHUP | EPOLLERR)) && c->out.empty() && (c->eof || c->phase == Phase::lingering)) {
+            return close_connection(*c);
+        }
         if (c && (events & EPOLLOUT) && !c->out.empty()) {
             if (!flush(*c)) return;
             if (c->out.empty() && c->phase != Phase::lingering) process(*c);
