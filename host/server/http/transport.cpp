@@ -366,8 +366,10 @@ struct Transport::Loop {
     void start_body(Connection& c) {
         c.in_body = true;
         const size_t length = c.parser.declared_length().value_or(limits.parser.max_body_bytes);
+        // In floating point: a huge configured body limit must not overflow into a short deadline.
+        const double seconds = static_cast<double>(length) / static_cast<double>(std::max<size_t>(limits.min_body_rate, 1));
         c.deadline = Clock::now() + limits.body_timeout +
-                     std::chrono::milliseconds(length * 1000 / std::max<size_t>(limits.min_body_rate, 1));
+                     std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 7.0 * 86400.0) * 1000.0));
         // The client waits for this before it sends the body; 25 bytes always fit a socket's empty buffer.
         if (c.parser.expects_continue() && c.in.empty()) {
             constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
