@@ -30,34 +30,30 @@ struct ServeOptions {
     int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
     std::string api_key;
     std::string model_alias;
-    // The server's settings as flags: each given one wins over the manifest's [server] key.
-    std::optional<std::string> host;
-    std::optional<int32_t> port;
-    std::optional<int64_t> max_body_bytes;
-    std::optional<float> header_timeout, body_timeout, idle_timeout, write_timeout, max_request_seconds;  // seconds
-    std::optional<int64_t> min_body_rate, max_connections, max_connections_per_client, workers, max_waiting;
+    // The server's settings given as flags, in the manifest's [server] shape: each wins over its key.
+    ServeConfig flags;
 };
 
 // The server's settings: its defaults, then the manifest's [server] keys, then the flags given.
 server::ServerConfig server_config(const ServeOptions& o) {
     ServeConfig settings;
     if (!o.manifest.empty()) settings = load_manifest(o.manifest).serve;
-    const auto take = [](auto& into, const auto& flag) {
-        if (flag) into = flag;
+    const auto take = [&](auto member) {
+        if (o.flags.*member) settings.*member = o.flags.*member;
     };
-    take(settings.host, o.host);
-    take(settings.port, o.port);
-    take(settings.max_body_bytes, o.max_body_bytes);
-    take(settings.header_timeout, o.header_timeout);
-    take(settings.body_timeout, o.body_timeout);
-    take(settings.idle_timeout, o.idle_timeout);
-    take(settings.write_timeout, o.write_timeout);
-    take(settings.max_request_seconds, o.max_request_seconds);
-    take(settings.min_body_rate, o.min_body_rate);
-    take(settings.max_connections, o.max_connections);
-    take(settings.max_connections_per_client, o.max_connections_per_client);
-    take(settings.workers, o.workers);
-    take(settings.max_waiting, o.max_waiting);
+    take(&ServeConfig::host);
+    take(&ServeConfig::port);
+    take(&ServeConfig::max_body_bytes);
+    take(&ServeConfig::header_timeout);
+    take(&ServeConfig::body_timeout);
+    take(&ServeConfig::idle_timeout);
+    take(&ServeConfig::write_timeout);
+    take(&ServeConfig::max_request_seconds);
+    take(&ServeConfig::min_body_rate);
+    take(&ServeConfig::max_connections);
+    take(&ServeConfig::max_connections_per_client);
+    take(&ServeConfig::workers);
+    take(&ServeConfig::max_waiting);
 
     server::ServerConfig config;
     server::http::TransportLimits& limits = config.transport;
@@ -152,47 +148,47 @@ Command add_serve(CLI::App& app) {
     };
     const auto in_seconds = [](std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; };
     const auto positive_seconds = CLI::Range(0.001, 86400.0);
-    app.add_option("--host", o->host, with_default("Address to listen on", defaults.host));
-    app.add_option("--port", o->port, with_default("Port to listen on; 0 picks a free one", defaults.port))
+    app.add_option("--host", o->flags.host, with_default("Address to listen on", defaults.host));
+    app.add_option("--port", o->flags.port, with_default("Port to listen on; 0 picks a free one", defaults.port))
         ->check(CLI::Range(0, 65535));
-    app.add_option("--max-body-bytes", o->max_body_bytes,
+    app.add_option("--max-body-bytes", o->flags.max_body_bytes,
                    with_default("Largest request body; larger ones get 413", defaults.max_body_bytes))
         ->check(CLI::PositiveNumber);
-    app.add_option("--header-timeout", o->header_timeout,
+    app.add_option("--header-timeout", o->flags.header_timeout,
                    with_default("Seconds a client has to send a request's line and headers, however it trickles "
                                 "them; then 408", in_seconds(limits.header_timeout)))
         ->check(positive_seconds);
-    app.add_option("--body-timeout", o->body_timeout,
+    app.add_option("--body-timeout", o->flags.body_timeout,
                    with_default("Seconds a client has to send a body, plus its length at --min-body-rate; then 408",
                                 in_seconds(limits.body_timeout)))
         ->check(positive_seconds);
-    app.add_option("--min-body-rate", o->min_body_rate,
+    app.add_option("--min-body-rate", o->flags.min_body_rate,
                    with_default("Bytes per second a body must average past --body-timeout", limits.min_body_rate))
         ->check(CLI::PositiveNumber);
-    app.add_option("--idle-timeout", o->idle_timeout,
+    app.add_option("--idle-timeout", o->flags.idle_timeout,
                    with_default("Seconds a kept-alive connection may idle between requests",
                                 in_seconds(limits.idle_timeout)))
         ->check(positive_seconds);
-    app.add_option("--write-timeout", o->write_timeout,
+    app.add_option("--write-timeout", o->flags.write_timeout,
                    with_default("Seconds a client may leave its answer unread (a stream's too) before it is dropped",
                                 in_seconds(limits.write_timeout)))
         ->check(positive_seconds);
-    app.add_option("--max-request-seconds", o->max_request_seconds,
+    app.add_option("--max-request-seconds", o->flags.max_request_seconds,
                    with_default("Seconds a generation may run after its request was read; then it ends as at "
                                 "max_tokens; 0: no limit", 0))
         ->check(CLI::Range(0.0, 604800.0));
-    app.add_option("--max-connections", o->max_connections,
+    app.add_option("--max-connections", o->flags.max_connections,
                    with_default("Open connections in all; beyond, 503 at once (also capped by the open-file limit)",
                                 limits.max_connections))
         ->check(CLI::PositiveNumber);
-    app.add_option("--max-connections-per-client", o->max_connections_per_client,
+    app.add_option("--max-connections-per-client", o->flags.max_connections_per_client,
                    with_default("Open connections per client address; beyond, 503 at once; 0: no cap",
                                 limits.max_connections_per_client))
         ->check(CLI::NonNegativeNumber);
-    app.add_option("--workers", o->workers,
+    app.add_option("--workers", o->flags.workers,
                    with_default("Requests answered at once (each stream holds one worker)", limits.workers))
         ->check(CLI::Range(1, 4096));
-    app.add_option("--max-waiting", o->max_waiting,
+    app.add_option("--max-waiting", o->flags.max_waiting,
                    with_default("Requests read and waiting for a worker; beyond, 429 with Retry-After at once",
                                 limits.max_waiting))
         ->check(CLI::PositiveNumber);
