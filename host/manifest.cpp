@@ -327,11 +327,13 @@ void read_server(const Section& root, ServeConfig& serve) {
         section.integer("port", v, [](int64_t x) { return x >= 0 && x <= 65535; }, "must be from 0 to 65535");
     });
     const auto positive = [](int64_t x) { return x >= 1; };
-    for (const auto& [key, out] : {std::pair{"max_body_bytes", &serve.max_body_bytes},
+    // Named copies, not structured bindings: clang 14 cannot capture a binding in a lambda.
+    for (const auto& entry : {std::pair{"max_body_bytes", &serve.max_body_bytes},
                                    std::pair{"min_body_rate", &serve.min_body_rate},
                                    std::pair{"max_connections", &serve.max_connections},
                                    std::pair{"max_waiting", &serve.max_waiting}}) {
-        optional_key(section, key, *out, [&](int64_t& v) { section.integer(key, v, positive, "must be at least 1"); });
+        const char* key = entry.first;
+        optional_key(section, key, *entry.second, [&](int64_t& v) { section.integer(key, v, positive, "must be at least 1"); });
     }
     optional_key(section, "max_connections_per_client", serve.max_connections_per_client, [&](int64_t& v) {
         section.integer("max_connections_per_client", v, [](int64_t x) { return x >= 0; }, "must be at least 0 (0: no cap)");
@@ -339,11 +341,12 @@ void read_server(const Section& root, ServeConfig& serve) {
     optional_key(section, "workers", serve.workers, [&](int64_t& v) {
         section.integer("workers", v, [](int64_t x) { return x >= 1 && x <= 4096; }, "must be from 1 to 4096");
     });
-    for (const auto& [key, out] : {std::pair{"header_timeout", &serve.header_timeout},
+    for (const auto& entry : {std::pair{"header_timeout", &serve.header_timeout},
                                    std::pair{"body_timeout", &serve.body_timeout},
                                    std::pair{"idle_timeout", &serve.idle_timeout},
                                    std::pair{"write_timeout", &serve.write_timeout}}) {
-        optional_key(section, key, *out, [&](float& v) {
+        const char* key = entry.first;
+        optional_key(section, key, *entry.second, [&](float& v) {
             section.number(key, v, [](double x) { return x >= 0.001 && x <= 86400; },
                            "must be from 0.001 to 86400 seconds");
         });
