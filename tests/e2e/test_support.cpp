@@ -33,6 +33,51 @@ bool full_suite() {
     return env != nullptr && std::string_view(env) == "1";
 }
 
+std::vector<float> scalar_logits(const fs::path& model, const std::vector<int32_t>& tokens, bool refresh) {
+    // The file is named by the model and an FNV-1a hash of the tokens; it holds the count of floats, then them.
+    uint64_t hash = 1469598103934665603ull;
+    for (int32_t t : tokens) hash = (hash ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+    const char* dir = std::getenv("CELLM_SCALAR_LOGITS");
+    fs::path file;
+    if (dir != nullptr && *dir != '\0') {
+        std::ostringstream name;
+        name << model.filename().string() << '-' << tokens.size() << '-' << std::hex << hash << ".f32";
+        file = fs::path(dir) / name.str();
+    }
+    std::vector<float> logits;
+    if (!file.empty() && !refresh) {
+        std::ifstream in(file, std::ios::binary);
+        uint64_t count = 0;
+        if (in.read(reinterpret_cast<char*>(&count), sizeof count) && count > 0 && count % tokens.size() == 0) {
+            logits.resize(count);
+            if (in.read(reinterpret_cast<char*>(logits.data()), static_cast<std::streamsize>(count * sizeof(float))))
+                return logits;
+        }
+        logits.clear();
+    }
+    EngineOptions options;
+    options.context_length = 512;
+    Stack scalar = make_stack(model, "scalar", options);
+    const int32_t seq = scalar.engine->create_sequence();
+    const Engine::Work work{seq, tokens, LogitsWanted::All};
+    scalar.engine->step({&work, 1}, logits);
+    scalar.engine->release_sequence(seq);
+    if (!file.empty()) {
+        // Written whole under another name, then renamed: a reader never sees half a file.
+        fs::create_directories(file.parent_path());
+        const fs::path partial = file.string() + ".partial-" + std::to_string(getpid());
+        {
+            std::ofstream out(partial, std::ios::binary);
+            const uint64_t count = logits.size();
+            out.write(reinterpret_cast<const char*>(&count), sizeof count);
+            out.write(reinterpret_cast<const char*>(logits.data()), static_cast<std::streamsize>(count * sizeof(float)));
+            if (!out) throw std::runtime_error("cannot write " + partial.string());
+        }
+        fs::rename(partial, file);
+    }
+    return logits;
+}
+
 namespace {
 struct TempDir {
     fs::path path;

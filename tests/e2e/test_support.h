@@ -49,6 +49,14 @@ struct CommandResult {
 CommandResult run_host(const std::string& args, const std::string& input = "");
 std::string shell_quote(const std::string& s);
 
+// The scalar backend's logits of `tokens` in one pass (LogitsWanted::All), context length 512. They are the
+// slowest part of the parity suites (minutes per model on two cores) and several tests compare against the same
+// ones, so under ctest a setup test per model computes them once into the folder $CELLM_SCALAR_LOGITS names
+// (tests/e2e/CMakeLists.txt) and the others read them from there. Without that folder, or without the file, they
+// are computed here. `refresh`: compute and write even if the file is there (the setup test).
+std::vector<float> scalar_logits(const std::filesystem::path& model, const std::vector<int32_t>& tokens,
+                                 bool refresh = false);
+
 // Cosine similarity of two equally long vectors.
 double cosine(const float* a, const float* b, size_t n);
 
