@@ -8,8 +8,11 @@
       tensors with the same shapes (e.g. two `cellm-make-model` files of one preset and seed but different
       --type: the generator draws the same values for every type, so the spliced tensor is the same weights,
       only quantized differently). Metadata is copied from A verbatim; offsets are recomputed.
+  gguf_tool.py vocab FILE --out OUT
+      write OUT = FILE's metadata (the tokenizer among it) and no tensors: what a tokenizer-only tool needs
+      (bench/grammar/mask_bench.cpp), small enough to carry to the GPU machine.
 
-Why: cellm-make-model writes every 2-D tensor in one type, while the real SmolLM2-135M Q4_1 file keeps
+Why splice: cellm-make-model writes every 2-D tensor in one type, while the real SmolLM2-135M Q4_1 file keeps
 token_embd.weight (tied: also the classifier) in Q8_0.
 """
 import argparse
@@ -154,6 +157,15 @@ def cmd_splice(args):
     print(f"wrote {args.out}: " + ", ".join(f"{n} from {args.take}" for n in args.tensor))
 
 
+def cmd_vocab(args):
+    g = parse(args.file)
+    header = bytearray(b"GGUF" + struct.pack("<IQQ", g["version"], 0, g["n_kv"])) + g["kv"]
+    header += b"\0" * ((-len(header)) % g["alignment"])
+    with open(args.out, "wb") as f:
+        f.write(header)
+    print(f"wrote {args.out}: {len(header)} bytes of metadata, no tensors")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -166,6 +178,10 @@ def main():
     sp.add_argument("--tensor", action="append", required=True)
     sp.add_argument("--out", required=True)
     sp.set_defaults(func=cmd_splice)
+    vo = sub.add_parser("vocab", help="copy the metadata alone (the tokenizer), no tensors")
+    vo.add_argument("file")
+    vo.add_argument("--out", required=True)
+    vo.set_defaults(func=cmd_vocab)
     args = p.parse_args()
     args.func(args)
 

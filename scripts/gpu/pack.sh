@@ -2,7 +2,7 @@
 # Pack what a Release build needs to run on the lent GPU machine into .gpu-carry/ (repo root), for the device
 # tool's `carry` list: [".gl", ".gpu-carry"]. The GPU machine has none of this machine's Debian packages and
 # takes at most 64 MiB of files per run (working tree + carried paths), so:
-#   .gpu-carry/bin/cellm-host, cellm-make-model      stripped copies
+#   .gpu-carry/bin/cellm-host, cellm-make-model      stripped copies (and grammar_mask_bench when built)
 #   .gpu-carry/bin/plugins/                          every plugin of the build (cellm-*.so, found next to
 #                                                    cellm-host; the vulkan one is cellm-vulkan.so), stripped,
 #                                                    and anything else in that folder (e.g. .spv files)
@@ -39,6 +39,8 @@ rm -rf "$carry"
 mkdir -p "$carry/bin/plugins" "$carry/lib" "$carry/lib-compat"
 
 objs=("$bin/cellm-host" "$bin/cellm-make-model" "$bin"/plugins/cellm-*.so)
+# The grammar mask benchmark too when built (bench/grammar/mask_shards.sh runs it on the machine's CPUs).
+[ -x "$bin/grammar_mask_bench" ] && objs+=("$bin/grammar_mask_bench")
 cp -a "$bin/plugins/." "$carry/bin/plugins/"
 for f in "${objs[@]}"; do
     rel=${f#"$bin"/}
