@@ -464,14 +464,14 @@ Grammar Grammar::lower(const RuleSet& rules) {
 
 Grammar Grammar::from_gbnf(std::string_view text) { return lower(parse_gbnf(text)); }
 
-Grammar Grammar::from_json_schema(std::string_view schema) {
+Grammar Grammar::from_json_schema(std::string_view schema, const JsonSchemaOptions& options) {
     if (schema.size() > kMaxGrammarBytes) {
         throw GrammarError("the JSON schema is " + std::to_string(schema.size()) + " bytes; the limit is " +
                            std::to_string(kMaxGrammarBytes));
     }
     // The grammar spells out what the schema only names (formats, bounds), so it may be a few times larger; the
     // element limit still bounds it.
-    return lower(parse_gbnf(json_schema_to_gbnf(schema), 16 * kMaxGrammarBytes));
+    return lower(parse_gbnf(json_schema_to_gbnf(schema, options), 16 * kMaxGrammarBytes));
 }
 
 StackForest::StackForest(const Grammar& grammar) : grammar_(&grammar) {

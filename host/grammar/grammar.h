@@ -11,6 +11,7 @@
 #pragma once
 
 #include "error.h"
+#include "grammar/json_schema.h"
 
 #include <bitset>
 #include <span>
@@ -71,7 +72,7 @@ public:
     // GBNF text (llama.cpp's dialect), generation starting at `root`.
     static Grammar from_gbnf(std::string_view text);
     // A JSON Schema (text), as json_schema.h compiles it.
-    static Grammar from_json_schema(std::string_view schema);
+    static Grammar from_json_schema(std::string_view schema, const JsonSchemaOptions& options = {});
 
     struct Element {
         enum Kind : uint8_t { Bytes, Rule, End };

@@ -4,7 +4,7 @@
 // Choices, and where the grammar is narrower than the schema:
 // - Whitespace: llama.cpp's `space` after every token, so compact JSON and modest pretty-printing both pass.
 // - Objects: declared properties in the schema's order, then required names the schema does not declare, then
-//   any other properties. An extra property's name may be any string but a declared one, compared by spelling.
+//   any other properties where additionalProperties allows them (a missing one: JsonSchemaOptions). An extra property's name may be any string but a declared one, compared by spelling.
 //   Where allOf/anyOf/oneOf branches declare properties, all branches use the order in which the names first
 //   appear in the schema (its own, its $ref, allOf, anyOf, then oneOf branches, depth first).
 // - allOf, anyOf, oneOf and a $ref with sibling keywords become alternatives of plain schemas (disjunctive
@@ -309,7 +309,7 @@ public:
 
 class SchemaCompiler {
 public:
-    explicit SchemaCompiler(Json root) : root_(std::move(root)) {}
+    SchemaCompiler(Json root, const JsonSchemaOptions& options) : root_(std::move(root)), options_(options) {}
 
     std::string compile_root() {
         std::string body = compile(root_, "");
@@ -323,6 +323,13 @@ public:
     }
 
 private:
+    // The schema for properties an object does not declare, as JsonSchemaOptions says to read a missing one. Only
+    // a whole object is closed this way: allOf parts are merged first (merge_into), as JSON Schema reads them.
+    Json additional_properties(const Json& schema) const {
+        if (schema.contains("additionalProperties")) return schema["additionalProperties"];
+        return Json(options_.undeclared_properties || !schema.contains("properties") || schema.contains("patternProperties"));
+    }
+
     [[noreturn]] static void fail(const std::string& what, const std::string& at) {
         throw GrammarError(what + " at " + (at.empty() ? "/" : at));
     }
@@ -664,7 +671,9 @@ private:
             for (const auto& [name, schema] : props_b.items())
                 if (!merged.contains(name)) merged[name] = all_of(add_a, schema);
             out["properties"] = merged;
-            out["additionalProperties"] = all_of(add_a, add_b);
+            // Left unsaid when neither says it, so that generation closes the merged object, not each part.
+            if (out.contains("additionalProperties") || s.contains("additionalProperties"))
+                out["additionalProperties"] = all_of(add_a, add_b);
         } else if (object_part) {
             if (s.contains("properties")) out["properties"] = s["properties"];
             if (s.contains("additionalProperties")) out["additionalProperties"] = s["additionalProperties"];
@@ -1065,7 +1074,7 @@ private:
         Json required = schema.value("required", Json::array());
         if (required.is_boolean()) required = Json::array();  // draft 3's `false`
         if (!required.is_array()) fail("required must be an array", at);
-        Json additional = schema.value("additionalProperties", Json(true));
+        Json additional = additional_properties(schema);
         if (!additional.is_boolean() && !additional.is_object()) fail("additionalProperties must be a schema", at);
         auto is_required = [&](const std::string& name) {
             return std::find(required.begin(), required.end(), Json(name)) != required.end();
@@ -1568,6 +1577,7 @@ private:
     }
 
     Json root_;
+    JsonSchemaOptions options_;
     std::vector<std::pair<std::string, std::string>> rules_;
     std::unordered_map<std::string, std::string> by_body_;
     std::unordered_map<std::string, std::string> ref_rules_;
@@ -1581,12 +1591,12 @@ private:
 
 }  // namespace
 
-std::string json_schema_to_gbnf(std::string_view schema_json) {
+std::string json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaOptions& options) {
     if (schema_json.size() > kMaxGrammarBytes) throw GrammarError("JSON Schema larger than 256 KiB");
     Json schema = Json::parse(schema_json, nullptr, false);
     if (schema.is_discarded()) throw GrammarError("JSON Schema is not valid JSON");
     try {
-        return SchemaCompiler(std::move(schema)).compile_root();
+        return SchemaCompiler(std::move(schema), options).compile_root();
     } catch (const nlohmann::json::exception& e) {
         throw GrammarError(std::string("malformed JSON Schema: ") + e.what());
     }

@@ -4,7 +4,7 @@
 // What the grammar matches, and where it is narrower than the schema (all documented in json_schema.cpp):
 // - compact JSON, plus the whitespace llama.cpp allows between tokens;
 // - an object's declared properties in the schema's order (as llama.cpp and OpenAI's strict mode do), any extra
-//   properties after them;
+//   properties after them where the schema allows them (see JsonSchemaOptions for an object that does not say);
 // - numbers with bounds in plain decimal notation (no exponent); integers without a fraction or exponent;
 // - strings and property names in their usual JSON spelling: a character under a `pattern` or `format` may be
 //   escaped only where JSON requires it (a plain "\u0061" is not taken for "a").
@@ -18,10 +18,20 @@
 
 namespace cellm::grammar {
 
+struct JsonSchemaOptions {
+    // Whether an object schema that declares `properties` but does not say `additionalProperties` lets other
+    // properties in. JSON Schema says it does (true: what validation needs, and the shared jsonschemabench
+    // tests). For generation cellm reads it as OpenAI's structured outputs, XGrammar's default strict mode and
+    // llama.cpp do (false): every output still validates, and the grammar holds no "any other name" positions,
+    // whose token masks cost seconds of compile on a 262k vocabulary (docs/grammar.md). An object that declares
+    // no properties stays open either way.
+    bool undeclared_properties = false;
+};
+
 // JSON Schema text -> GBNF text whose `root` matches the JSON texts valid under the schema. Throws GrammarError
 // naming the first keyword it cannot honour with its JSON pointer (`unsupported JSON Schema keyword "not" at
 // /properties/a`), or what makes the schema malformed or unsatisfiable (minimum > maximum, an empty enum, an
 // unresolvable $ref).
-std::string json_schema_to_gbnf(std::string_view schema_json);
+std::string json_schema_to_gbnf(std::string_view schema_json, const JsonSchemaOptions& options = {});
 
 }  // namespace cellm::grammar

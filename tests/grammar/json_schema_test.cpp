@@ -25,9 +25,13 @@ bool accepts(const Grammar& grammar, const std::string& text) {
     return r.feed(text) && r.accepting();
 }
 
+// These tests hold the compiler to JSON Schema's own reading, where an object that does not say
+// additionalProperties lets any other property in; generation's default (closed objects) has a test of its own.
+constexpr JsonSchemaOptions kValidation{.undeclared_properties = true};
+
 // Checks each instance (JSON text) against the schema's grammar.
 void expect(const std::string& schema, const std::vector<std::string>& valid, const std::vector<std::string>& invalid) {
-    std::string gbnf = json_schema_to_gbnf(schema);
+    std::string gbnf = json_schema_to_gbnf(schema, kValidation);
     const Grammar grammar = Grammar::from_gbnf(gbnf);
     for (const std::string& v : valid) EXPECT_TRUE(accepts(grammar, v)) << schema << "\n  should accept " << v << "\n" << gbnf;
     for (const std::string& v : invalid) EXPECT_FALSE(accepts(grammar, v)) << schema << "\n  should reject " << v << "\n" << gbnf;
@@ -35,11 +39,30 @@ void expect(const std::string& schema, const std::vector<std::string>& valid, co
 
 std::string refusal(const std::string& schema) {
     try {
-        json_schema_to_gbnf(schema);
+        json_schema_to_gbnf(schema, kValidation);
     } catch (const GrammarError& e) {
         return e.what();
     }
     return "";
+}
+
+// What generation uses (OpenAI's structured outputs, XGrammar's strict mode, llama.cpp): an object that declares
+// properties and does not say additionalProperties takes only those; saying it, or declaring none, opens it.
+TEST(JsonSchema, GenerationClosesObjectsThatDoNotSayAdditionalProperties) {
+    const auto accepts_text = [](const std::string& schema, const std::string& text) {
+        return accepts(Grammar::from_json_schema(schema), text);
+    };
+    const std::string declared = R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})";
+    EXPECT_TRUE(accepts_text(declared, R"({"a":1})"));
+    EXPECT_FALSE(accepts_text(declared, R"({"a":1,"b":2})"));
+    EXPECT_TRUE(accepts(Grammar::from_json_schema(declared, kValidation), R"({"a":1,"b":2})"));
+    const std::string open = R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})";
+    EXPECT_TRUE(accepts_text(open, R"({"a":1,"b":2})"));
+    EXPECT_TRUE(accepts_text(R"({"type":"object"})", R"({"b":[2]})"));
+    // Nested objects too, and through allOf.
+    EXPECT_FALSE(accepts_text(R"({"properties":{"o":{"properties":{"x":{}}}}})", R"({"o":{"x":1,"y":2}})"));
+    EXPECT_FALSE(accepts_text(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})", R"({"a":1,"c":2})"));
+    EXPECT_TRUE(accepts_text(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})", R"({"a":1,"b":2})"));
 }
 
 TEST(JsonSchema, EmptySchemaAndJsonModeTakeAnyValue) {
@@ -299,7 +322,7 @@ TEST(JsonSchemaBench, CompiledSchemasAcceptValidAndRejectInvalid) {
         ++c.files;
         std::string gbnf;
         try {
-            gbnf = json_schema_to_gbnf(bench.schema.dump());
+            gbnf = json_schema_to_gbnf(bench.schema.dump(), kValidation);
         } catch (const GrammarError& e) {
             ++c.refused;
             ++c.reasons[refusal_reason(e.what())];
