@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the `cellm-host serve` tests (tests/server/test_*.py) with the official openai Python client.
 # Usage: tests/server/run_tests.sh [CELLM_HOST [MODEL]] [pytest arguments...]
-#   CELLM_HOST defaults to build/bin/cellm-host, MODEL to SmolLM2-135M-Instruct Q4_1 from scripts/fetch_models.sh.
+#   CELLM_HOST defaults to build/bin/cellm-host, MODEL to SmolLM2-135M-Instruct Q4_1 from scripts/fetch_models.sh
+#   (a MODEL without a folder is looked up where that script puts models: $CELLM_MODELS, else ~/.cache/cellm/models).
 # The Python packages live in a virtual environment outside the repository (CELLM_SERVER_VENV, default
 # ~/.cache/cellm/venv-server), created on first use and reused while its pinned versions match.
 # Exits 77 (ctest's skip code) when the model file is missing.
@@ -10,9 +11,11 @@ here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 
 cellm_host="$repo/build/bin/cellm-host"
-model="$HOME/.cache/cellm/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+models="${CELLM_MODELS:-$HOME/.cache/cellm/models}"
+model="$models/SmolLM2-135M-Instruct.Q4_1.gguf"
 if [[ $# -gt 0 && "$1" != -* ]]; then cellm_host="$1"; shift; fi
 if [[ $# -gt 0 && "$1" != -* ]]; then model="$1"; shift; fi
+[[ $model == */* ]] || model="$models/$model"  # a bare name: where scripts/fetch_models.sh puts models
 
 if [[ ! -f "$model" ]]; then
   echo "skipped: model $model not found (scripts/fetch_models.sh fetches it)"
