@@ -33,7 +33,7 @@ inline void run(std::string_view input, Kind kind) {
     const std::string_view feed = nul == std::string_view::npos ? std::string_view{} : input.substr(nul + 1);
     std::shared_ptr<const CompiledGrammar> compiled;
     try {
-        Grammar g = kind == Kind::Gbnf ? Grammar::from_gbnf(grammar_text) : Grammar::from_json_schema(grammar_text, {.undeclared_properties = (input.size() & 1) != 0});
+        Grammar g = kind == Kind::Gbnf ? Grammar::from_gbnf(grammar_text) : Grammar::from_json_schema(grammar_text, {.validation = (input.size() & 1) != 0});
         compiled = std::make_shared<const CompiledGrammar>(std::move(g), vocabulary());
     } catch (const GrammarError&) {
         return;

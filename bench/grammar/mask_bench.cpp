@@ -5,14 +5,14 @@
 // end-of-generation. --check makes any miss an exit status of 1 (a ctest, on a subset of the files).
 //
 //   grammar_mask_bench --model FILE.gguf [--schemas DIR] [--every N] [--shard K/N] [--times FILE]
-//                      [--plugins DIR] [--schema-seconds S] [--closed-objects] [--check] [--verbose]
+//                      [--plugins DIR] [--schema-seconds S] [--generation] [--check] [--verbose]
 // A --model without a folder is looked up in $CELLM_MODELS, else ~/.cache/cellm/models. A file with the model's
 // tokenizer alone will do (scripts/gpu/gguf_tool.py vocab). --shard K/N replays the schemas whose index is K
 // modulo N, so that N one-thread processes share the set; --schema-seconds S stops a schema's replay at the
 // first instance that starts after S seconds (counted, and its masks so far kept); --times appends each measurement as a line
 // ("compile MS" or "mask US"), for figures over several shards (bench/grammar/mask_table.py). Schemas are read
-// as JSON Schema reads them (the instances follow that); --closed-objects reads them as generation does
-// (json_schema.h, JsonSchemaOptions), where valid instances with undeclared properties then miss.
+// as JSON Schema reads them (the instances follow that); --generation reads them as generation does
+// (json_schema.h, JsonSchemaOptions), where valid instances with undeclared properties or long numbers then miss.
 #include "../../tests/grammar/schema_cases.h"
 #include "grammar/json_schema.h"
 #include "grammar/matcher.h"
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
     std::string times_path, plugins = CELLM_PLUGIN_DIR;
     double schema_seconds = 0;
     size_t every = 1, shard = 0, shards = 1;
-    bool check = false, verbose = false, closed_objects = false;
+    bool check = false, verbose = false, generation = false;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--model" && i + 1 < argc) {
@@ -77,15 +77,15 @@ int main(int argc, char** argv) {
             times_path = argv[++i];
         } else if (arg == "--plugins" && i + 1 < argc) {
             plugins = argv[++i];
-        } else if (arg == "--closed-objects") {
-            closed_objects = true;
+        } else if (arg == "--generation") {
+            generation = true;
         } else if (arg == "--check") {
             check = true;
         } else if (arg == "--verbose") {
             verbose = true;
         } else {
             std::fprintf(stderr, "usage: grammar_mask_bench --model FILE [--schemas DIR] [--every N] [--shard K/N] [--times FILE] "
-                         "[--plugins DIR] [--schema-seconds S] [--closed-objects] [--check] [--verbose]\n");
+                         "[--plugins DIR] [--schema-seconds S] [--generation] [--check] [--verbose]\n");
             return 2;
         }
     }
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
         start = Clock::now();
         try {
             grammar = std::make_shared<const CompiledGrammar>(
-                Grammar::from_json_schema(c.schema.dump(), {.undeclared_properties = !closed_objects}), vocabulary);
+                Grammar::from_json_schema(c.schema.dump(), {.validation = !generation}), vocabulary);
         } catch (const GrammarError&) {
             ++refused;
             continue;

@@ -327,7 +327,7 @@ private:
     // a whole object is closed this way: allOf parts are merged first (merge_into), as JSON Schema reads them.
     Json additional_properties(const Json& schema) const {
         if (schema.contains("additionalProperties")) return schema["additionalProperties"];
-        return Json(options_.undeclared_properties || !schema.contains("properties") || schema.contains("patternProperties"));
+        return Json(options_.validation || !schema.contains("properties") || schema.contains("patternProperties"));
     }
 
     [[noreturn]] static void fail(const std::string& what, const std::string& at) {
@@ -1528,6 +1528,11 @@ private:
     // ---- the shared rules ----------------------------------------------------------------------------------
 
     std::string primitives() {
+        // Digits of a number without bounds: any count for validation, llama.cpp's 16 for generation.
+        const std::vector<std::pair<std::string, std::string>> kDigits = {
+            {"integral-part", options_.validation ? "\"0\" | [1-9] [0-9]*" : "\"0\" | [1-9] [0-9]{0,15}"},
+            {"fraction-part", options_.validation ? "[0-9]+" : "[0-9]{1,16}"},
+        };
         static const std::vector<std::pair<std::string, std::string>> kRules = {
             {"value", "object | array | string | number | boolean | null"},
             {"object", "\"{\" space (string \":\" space value (\",\" space string \":\" space value)*)? \"}\" space"},
@@ -1537,8 +1542,8 @@ private:
             {"char", "[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" ([0-9a-cA-Ce-fE-F] [0-9a-fA-F]{3} | "
                      "[dD] [0-7] [0-9a-fA-F]{2}) | \"u\" [dD] [89abAB] [0-9a-fA-F]{2} \"\\\\u\" [dD] [c-fC-F] "
                      "[0-9a-fA-F]{2})"},
-            {"number", "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)? space"},
-            {"integer", "\"-\"? (\"0\" | [1-9] [0-9]*) space"},
+            {"number", "\"-\"? integral-part (\".\" fraction-part)? ([eE] [-+]? fraction-part)? space"},
+            {"integer", "\"-\"? integral-part space"},
             {"boolean", "(\"true\" | \"false\") space"},
             {"null", "\"null\" space"},
             {"space", "| \" \" | \"\\n\"{1,2} [ \\t]{0,20}"},
@@ -1561,7 +1566,7 @@ private:
         static const std::map<std::string, std::vector<std::string>, std::less<>> kNeeds = {
             {"value", {"object", "array", "string", "number", "boolean", "null"}},
             {"object", {"string", "value", "space"}}, {"array", {"value", "space"}}, {"string", {"char", "space"}},
-            {"number", {"space"}}, {"integer", {"space"}}, {"boolean", {"space"}}, {"null", {"space"}},
+            {"number", {"integral-part", "fraction-part", "space"}}, {"integer", {"integral-part", "space"}}, {"boolean", {"space"}}, {"null", {"space"}},
             {"format-date", {"format-year", "format-leap-year"}}, {"format-date-time", {"format-date", "format-time"}},
             {"format-email", {"format-atom", "format-label"}}};
         for (bool grew = true; grew;) {
@@ -1571,8 +1576,9 @@ private:
                     for (const std::string& need : it->second) grew |= used_.insert(need).second;
         }
         std::string out;
-        for (const auto& [name, body] : kRules)
-            if (used_.count(name)) out += name + " ::= " + body + "\n";
+        for (const auto* rules : {&kDigits, &kRules})
+            for (const auto& [name, body] : *rules)
+                if (used_.count(name)) out += name + " ::= " + body + "\n";
         return out;
     }
 
@@ -1583,7 +1589,7 @@ private:
     std::unordered_map<std::string, std::string> ref_rules_;
     std::unordered_map<std::string, std::string> schema_rules_;
     std::set<std::string> names_ = {"root", "value", "object", "array", "string", "char", "number", "integer",
-                                    "boolean", "null", "space"};
+                                    "integral-part", "fraction-part", "boolean", "null", "space"};
     std::set<std::string> used_;
     int ref_depth_ = 0;
     int expand_depth_ = 0;

@@ -19,13 +19,15 @@
 namespace cellm::grammar {
 
 struct JsonSchemaOptions {
-    // Whether an object schema that declares `properties` but does not say `additionalProperties` lets other
-    // properties in. JSON Schema says it does (true: what validation needs, and the shared jsonschemabench
-    // tests). For generation cellm reads it as OpenAI's structured outputs, XGrammar's default strict mode and
-    // llama.cpp do (false): every output still validates, and the grammar holds no "any other name" positions,
-    // whose token masks cost seconds of compile on a 262k vocabulary (docs/grammar.md). An object that declares
-    // no properties stays open either way.
-    bool undeclared_properties = false;
+    // JSON Schema's own reading (true: what validation needs, and what the shared jsonschemabench instances
+    // follow) or generation's (false, the default), which is narrower in two places, as OpenAI's structured
+    // outputs, XGrammar's default strict mode and llama.cpp generate:
+    // - an object that declares `properties` and does not say `additionalProperties` takes only those (an object
+    //   that declares none stays open). Every answer still validates, and the grammar holds no "any other name"
+    //   positions, whose token masks cost seconds of compile on a 262k vocabulary (docs/grammar.md);
+    // - a number or integer without bounds has at most 16 digits before the point, 16 after it and 16 in the
+    //   exponent (llama.cpp's limits): a small model otherwise runs on with zeros to max_tokens.
+    bool validation = false;
 };
 
 // JSON Schema text -> GBNF text whose `root` matches the JSON texts valid under the schema. Throws GrammarError

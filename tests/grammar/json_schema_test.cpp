@@ -27,7 +27,7 @@ bool accepts(const Grammar& grammar, const std::string& text) {
 
 // These tests hold the compiler to JSON Schema's own reading, where an object that does not say
 // additionalProperties lets any other property in; generation's default (closed objects) has a test of its own.
-constexpr JsonSchemaOptions kValidation{.undeclared_properties = true};
+constexpr JsonSchemaOptions kValidation{.validation = true};
 
 // Checks each instance (JSON text) against the schema's grammar.
 void expect(const std::string& schema, const std::vector<std::string>& valid, const std::vector<std::string>& invalid) {
@@ -63,6 +63,23 @@ TEST(JsonSchema, GenerationClosesObjectsThatDoNotSayAdditionalProperties) {
     EXPECT_FALSE(accepts_text(R"({"properties":{"o":{"properties":{"x":{}}}}})", R"({"o":{"x":1,"y":2}})"));
     EXPECT_FALSE(accepts_text(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})", R"({"a":1,"c":2})"));
     EXPECT_TRUE(accepts_text(R"({"allOf":[{"properties":{"a":{}}},{"properties":{"b":{}}}]})", R"({"a":1,"b":2})"));
+}
+
+// Generation also bounds the digits of a number without bounds, as llama.cpp does: 16 before the point, 16
+// after it, 16 in the exponent (a small model otherwise writes zeros until max_tokens).
+TEST(JsonSchema, GenerationBoundsTheDigitsOfNumbers) {
+    const std::string sixteen(16, '9'), seventeen(17, '9');
+    for (const char* schema : {R"({"type":"integer"})", R"({"type":"number"})", "{}"}) {
+        const Grammar generation = Grammar::from_json_schema(schema), validation = Grammar::from_json_schema(schema, kValidation);
+        EXPECT_TRUE(accepts(generation, sixteen)) << schema;
+        EXPECT_TRUE(accepts(generation, "-" + sixteen)) << schema;
+        EXPECT_FALSE(accepts(generation, seventeen)) << schema;
+        EXPECT_TRUE(accepts(validation, seventeen + seventeen)) << schema;
+    }
+    const Grammar number = Grammar::from_json_schema(R"({"type":"number"})");
+    EXPECT_TRUE(accepts(number, "0." + sixteen + "e-" + sixteen));
+    EXPECT_FALSE(accepts(number, "0." + seventeen));
+    EXPECT_FALSE(accepts(number, "1e" + seventeen));
 }
 
 TEST(JsonSchema, EmptySchemaAndJsonModeTakeAnyValue) {
