@@ -12,8 +12,8 @@ Errors raise CellmError (a subclass per cellm_result). See bindings/python/READM
 
 from ._capi import library_path, version
 from .engine import Engine, EngineInfo, EngineStats
-from .errors import (BusyError, CellmError, CellmTimeoutError, ClosedError, GenerationError, InternalError,
-                     InvalidArgumentError, LoadError, ManifestError, PromptError, TooLongError)
+from .errors import (BusyError, CellmError, CellmTimeoutError, ClosedError, GenerationError, GrammarError,
+                     InternalError, InvalidArgumentError, LoadError, ManifestError, PromptError, TooLongError)
 from .session import Session, SessionStats
 
 __version__ = "0.1.0"
@@ -21,5 +21,5 @@ __version__ = "0.1.0"
 __all__ = [
     "Engine", "EngineInfo", "EngineStats", "Session", "SessionStats", "CellmError", "InvalidArgumentError",
     "ManifestError", "LoadError", "PromptError", "BusyError", "ClosedError", "CellmTimeoutError", "InternalError",
-    "TooLongError", "GenerationError", "library_path", "version",
+    "TooLongError", "GrammarError", "GenerationError", "library_path", "version",
 ]

@@ -29,11 +29,8 @@ _NEUTRAL = {
     "mirostat_mode": (0,),
     "mirostat_tau": None,  # any value: unused while mirostat_mode is 0
     "mirostat_eta": None,
-    "logit_bias": (None, {}),
     "logits_processor": (None,),
     "stopping_criteria": (None,),
-    "grammar": (None,),
-    "response_format": (None,),
     "tools": (None, []),
     "tool_choice": (None,),
     "functions": (None, []),
@@ -42,11 +39,40 @@ _NEUTRAL = {
 }
 
 
+def _response_format_schema(value: Any) -> Any:
+    """The JSON schema a response_format asks for: llama-cpp-python's {"type": "json_object", "schema": ...} and
+    OpenAI's {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}; None for text."""
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return value.get("schema") or {"type": "object"}
+    if kind == "json_schema":
+        inner = value.get("json_schema")
+        if not isinstance(inner, dict):
+            raise ValueError('response_format json_schema needs "json_schema": {"name", "schema"}')
+        return inner.get("schema") or {}
+    raise ValueError(f"response_format type must be text, json_object or json_schema, not {kind!r}")
+
+
 def _sampling(kwargs: dict[str, Any]) -> dict[str, Any]:
     sampling = {}
     for key, value in kwargs.items():
         if key in SAMPLING_KEYS:
             sampling[key] = value
+        elif key == "response_format":
+            schema = _response_format_schema(value)
+            if schema is not None:
+                sampling["json_schema"] = schema
+        elif key == "grammar":
+            if value is not None and not isinstance(value, str):
+                raise TypeError("grammar is GBNF text (llama.cpp's grammar format)")
+            sampling["grammar"] = value
+        elif key == "logit_bias":
+            # OpenAI's keys are strings of token ids, llama-cpp-python's ints.
+            sampling["logit_bias"] = {int(token): float(bias) for token, bias in (value or {}).items()}
         elif key in _NEUTRAL:
             allowed = _NEUTRAL[key]
             if allowed is not None and value not in allowed:

@@ -71,6 +71,13 @@ class TooLongError(CellmError):
     code, name = _capi.E_TOO_LONG, "CELLM_E_TOO_LONG"
 
 
+class GrammarError(CellmError, ValueError):
+    """CELLM_E_GRAMMAR: a grammar or JSON schema that does not parse, uses a keyword the engine cannot honour, or
+    is too large; the message names the keyword or position."""
+
+    code, name = _capi.E_GRAMMAR, "CELLM_E_GRAMMAR"
+
+
 class GenerationError(CellmError):
     """A turn that started ended with finish reason "error"; the message is cellm_session_stats.error."""
 
@@ -78,7 +85,7 @@ class GenerationError(CellmError):
 _CLASSES = {
     cls.code: cls
     for cls in (InvalidArgumentError, ManifestError, LoadError, PromptError, BusyError, ClosedError,
-                CellmTimeoutError, InternalError, TooLongError)
+                CellmTimeoutError, InternalError, TooLongError, GrammarError)
 }
 _NAMES = {code: cls.name for code, cls in _CLASSES.items()}
 

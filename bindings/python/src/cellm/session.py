@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import json
 import os
 import threading
 import time
@@ -22,10 +23,11 @@ from .errors import CellmTimeoutError, GenerationError, check, closed
 
 _WAIT_SLICE_MS = 100
 
-# The sampling keywords a session takes: llama-cpp-python's names, and cellm's repeat_last_n, priority and name.
+# The sampling keywords a session takes: llama-cpp-python's names, and cellm's repeat_last_n, priority and name;
+# and the constraints: grammar (GBNF text), json_schema (a dict or JSON text), logit_bias ({token id: bias}).
 SAMPLING_KEYS = frozenset(
     {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "frequency_penalty",
-     "presence_penalty", "seed", "max_tokens", "stop", "priority", "name"}
+     "presence_penalty", "seed", "max_tokens", "stop", "priority", "name", "grammar", "json_schema", "logit_bias"}
 )
 
 
@@ -80,6 +82,24 @@ def session_options(engine_handle: int, context_length: int, sampling: dict[str,
         keep.append(array)
         options.stop = ctypes.cast(array, ctypes.POINTER(ctypes.c_char_p))
         options.n_stop = len(stops)
+    # Compiled by the library in cellm_session_create/configure (GrammarError when refused), cached by text.
+    for key in ("grammar", "json_schema"):
+        value = sampling.get(key)
+        if value is None:
+            continue
+        if key == "json_schema" and not isinstance(value, str):
+            value = json.dumps(value)
+        if not isinstance(value, str):
+            raise TypeError(f"{key} is text (GBNF for grammar, a dict or JSON text for json_schema)")
+        text = value.encode()
+        keep.append(text)
+        setattr(options, key, text)
+    bias = sampling.get("logit_bias")
+    if bias:
+        entries = (_capi.cellm_logit_bias * len(bias))(*[(int(t), float(b)) for t, b in bias.items()])
+        keep.append(entries)
+        options.logit_bias = ctypes.cast(entries, ctypes.c_void_p)
+        options.n_logit_bias = len(bias)
     if sampling.get("name") is not None:
         name = str(sampling["name"]).encode()
         keep.append(name)
