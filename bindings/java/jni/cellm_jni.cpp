@@ -9,6 +9,7 @@
 #include <cellm/cellm.h>
 #include <jni.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <new>
@@ -284,8 +285,9 @@ enum : int { top_k, repeat_last_n, seed, max_tokens, priority, long_count };
 // cellm_session_options_init's defaults with the values Java sets. Holds the strings the options point to.
 struct SessionOptions {
     SessionOptions(JNIEnv* env, jlong engine, jbyteArray name_bytes, jint set, jfloatArray floats_array,
-                   jlongArray longs_array, jobjectArray stop_arrays)
-        : name(env, name_bytes), stop(env, stop_arrays) {
+                   jlongArray longs_array, jobjectArray stop_arrays, jbyteArray grammar_bytes, jbyteArray schema_bytes,
+                   jintArray bias_tokens, jfloatArray bias_values)
+        : name(env, name_bytes), stop(env, stop_arrays), grammar(env, grammar_bytes), json_schema(env, schema_bytes) {
         ok(env, cellm_session_options_init(engine_of(engine), &options));
         jfloat f[float_count];
         jlong l[long_count];
@@ -314,18 +316,36 @@ struct SessionOptions {
             options.stop = stop.pointers.empty() ? nullptr : stop.pointers.data();
             options.n_stop = stop.pointers.size();
         }
+        options.grammar = grammar.c_str();
+        options.json_schema = json_schema.c_str();
+        if (bias_tokens != nullptr && bias_values != nullptr) {
+            // SamplingOptions makes both arrays from one map, so they are equally long.
+            const jsize n = std::min(env->GetArrayLength(bias_tokens), env->GetArrayLength(bias_values));
+            std::vector<jint> tokens(static_cast<size_t>(n));
+            std::vector<jfloat> values(static_cast<size_t>(n));
+            env->GetIntArrayRegion(bias_tokens, 0, n, tokens.data());
+            env->GetFloatArrayRegion(bias_values, 0, n, values.data());
+            check(env);
+            for (jsize i = 0; i < n; ++i) bias.push_back({tokens[static_cast<size_t>(i)], values[static_cast<size_t>(i)]});
+            options.logit_bias = bias.empty() ? nullptr : bias.data();
+            options.n_logit_bias = bias.size();
+        }
         options.on_event = nullptr;  // polled from Java
         options.user_data = nullptr;
     }
     cellm_session_options options;
     Utf8 name;
     Utf8List stop;
+    Utf8 grammar, json_schema;
+    std::vector<cellm_logit_bias> bias;
 };
 
 jlong session_create(JNIEnv* env, jclass, jlong engine, jbyteArray name, jint set, jfloatArray floats,
-                     jlongArray longs, jobjectArray stop) {
+                     jlongArray longs, jobjectArray stop, jbyteArray grammar, jbyteArray json_schema,
+                     jintArray bias_tokens, jfloatArray bias_values) {
     return guarded<jlong>(env, 0, [&] {
-        const SessionOptions o(env, engine, name, set, floats, longs, stop);
+        const SessionOptions o(env, engine, name, set, floats, longs, stop, grammar, json_schema, bias_tokens,
+                               bias_values);
         cellm_session* session = nullptr;
         ok(env, cellm_session_create(engine_of(engine), &o.options, &session));
         return handle_of(session);
@@ -333,9 +353,11 @@ jlong session_create(JNIEnv* env, jclass, jlong engine, jbyteArray name, jint se
 }
 
 void session_configure(JNIEnv* env, jclass, jlong engine, jlong session, jbyteArray name, jint set,
-                       jfloatArray floats, jlongArray longs, jobjectArray stop) {
+                       jfloatArray floats, jlongArray longs, jobjectArray stop, jbyteArray grammar,
+                       jbyteArray json_schema, jintArray bias_tokens, jfloatArray bias_values) {
     guarded_void(env, [&] {
-        const SessionOptions o(env, engine, name, set, floats, longs, stop);
+        const SessionOptions o(env, engine, name, set, floats, longs, stop, grammar, json_schema, bias_tokens,
+                               bias_values);
         ok(env, cellm_session_configure(session_of(session), &o.options));
     });
 }
@@ -468,8 +490,9 @@ const JNINativeMethod methods[] = {
     {const_cast<char*>("engineInfo"), const_cast<char*>("(J[J)[[B"), fn(engine_info)},
     {const_cast<char*>("engineStats"), const_cast<char*>("(J[J)V"), fn(engine_stats)},
     {const_cast<char*>("engineTokenize"), const_cast<char*>("(J[BZ)[I"), fn(engine_tokenize)},
-    {const_cast<char*>("sessionCreate"), const_cast<char*>("(J[BI[F[J[[B)J"), fn(session_create)},
-    {const_cast<char*>("sessionConfigure"), const_cast<char*>("(JJ[BI[F[J[[B)V"), fn(session_configure)},
+    {const_cast<char*>("sessionCreate"), const_cast<char*>("(J[BI[F[J[[B[B[B[I[F)J"), fn(session_create)},
+    {const_cast<char*>("sessionConfigure"), const_cast<char*>("(JJ[BI[F[J[[B[B[B[I[F)V"),
+     fn(session_configure)},
     {const_cast<char*>("sessionFork"), const_cast<char*>("(J)J"), fn(session_fork)},
     {const_cast<char*>("sessionSubmitText"), const_cast<char*>("(J[B[[B)V"), fn(session_submit_text)},
     {const_cast<char*>("sessionSubmitChat"), const_cast<char*>("(J[[B[[B[[B)V"), fn(session_submit_chat)},

@@ -27,7 +27,12 @@ public class CellmException extends RuntimeException {
         /** Anything else; the message says what. */
         INTERNAL(8),
         /** The prompt can never run: longer than the context, or than the whole KV pool. */
-        TOO_LONG(9);
+        TOO_LONG(9),
+        /**
+         * A grammar or JSON schema that does not parse, uses a keyword the engine cannot honour, or is too large;
+         * the message names the keyword or position.
+         */
+        GRAMMAR(10);
 
         private final int value;
 

@@ -61,14 +61,17 @@ final class CellmNative {
     static native int[] engineTokenize(long engine, byte[] text, boolean addSpecial);
 
     /**
-     * cellm_session_options_init, then the values whose bit is in `set`, the name and the stop strings when not
-     * null, then cellm_session_create.
+     * cellm_session_options_init, then the values whose bit is in `set`, the name, the stop strings, the grammar
+     * (GBNF) and the JSON schema when not null, the logit bias (biasTokens[i] gets biasValues[i]; null: none), then
+     * cellm_session_create.
      */
-    static native long sessionCreate(long engine, byte[] name, int set, float[] floats, long[] longs, byte[][] stop);
+    static native long sessionCreate(long engine, byte[] name, int set, float[] floats, long[] longs, byte[][] stop,
+                                     byte[] grammar, byte[] jsonSchema, int[] biasTokens, float[] biasValues);
 
     /** As sessionCreate, for cellm_session_configure (the engine gives the defaults). */
     static native void sessionConfigure(long engine, long session, byte[] name, int set, float[] floats, long[] longs,
-                                        byte[][] stop);
+                                        byte[][] stop, byte[] grammar, byte[] jsonSchema, int[] biasTokens,
+                                        float[] biasValues);
 
     static native long sessionFork(long session);
 

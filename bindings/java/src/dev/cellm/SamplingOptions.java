@@ -4,6 +4,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 
 /**
  * A session's settings (cellm_session_options). What is not set keeps the manifest's [sampling] value; without a
@@ -15,6 +16,10 @@ public final class SamplingOptions {
     private final float[] floats = new float[CellmNative.FLOAT_COUNT];
     private final long[] longs = new long[CellmNative.LONG_COUNT];
     private final List<String> stop; // null: the manifest's
+    private final String grammar; // null: none
+    private final String jsonSchema; // null: none
+    private final int[] biasTokens; // null: no bias
+    private final float[] biasValues;
 
     private SamplingOptions(Builder b) {
         name = b.name;
@@ -22,6 +27,10 @@ public final class SamplingOptions {
         System.arraycopy(b.floats, 0, floats, 0, floats.length);
         System.arraycopy(b.longs, 0, longs, 0, longs.length);
         stop = b.stop;
+        grammar = b.grammar;
+        jsonSchema = b.jsonSchema;
+        biasTokens = b.biasTokens;
+        biasValues = b.biasValues;
     }
 
     public static Builder builder() {
@@ -41,16 +50,23 @@ public final class SamplingOptions {
         System.arraycopy(floats, 0, b.floats, 0, floats.length);
         System.arraycopy(longs, 0, b.longs, 0, longs.length);
         b.stop = stop;
+        b.grammar = grammar;
+        b.jsonSchema = jsonSchema;
+        b.biasTokens = biasTokens;
+        b.biasValues = biasValues;
         return b;
     }
 
     long create(long engine) {
-        return CellmNative.sessionCreate(engine, CellmNative.utf8(name), set, floats, longs, CellmNative.utf8(stop));
+        return CellmNative.sessionCreate(engine, CellmNative.utf8(name), set, floats, longs, CellmNative.utf8(stop),
+                                         CellmNative.utf8(grammar), CellmNative.utf8(jsonSchema), biasTokens,
+                                         biasValues);
     }
 
     void configure(long engine, long session) {
         CellmNative.sessionConfigure(engine, session, CellmNative.utf8(name), set, floats, longs,
-                                     CellmNative.utf8(stop));
+                                     CellmNative.utf8(stop), CellmNative.utf8(grammar), CellmNative.utf8(jsonSchema),
+                                     biasTokens, biasValues);
     }
 
     /** Sampling runs in llama.cpp's order: penalties, top-k, top-p, min-p, temperature, seeded draw. */
@@ -60,6 +76,10 @@ public final class SamplingOptions {
         private final float[] floats = new float[CellmNative.FLOAT_COUNT];
         private final long[] longs = new long[CellmNative.LONG_COUNT];
         private List<String> stop;
+        private String grammar;
+        private String jsonSchema;
+        private int[] biasTokens;
+        private float[] biasValues;
 
         private Builder() {}
 
@@ -138,6 +158,34 @@ public final class SamplingOptions {
 
         public Builder stop(String... stop) {
             return stop(Arrays.asList(stop));
+        }
+
+        /**
+         * Every answer fits this grammar (llama.cpp's GBNF text), and the turn ends only where it may end
+         * (docs/grammar.md). Compiled when the session is made or configured: a {@link CellmException} with code
+         * {@link CellmException.Code#GRAMMAR} names what is wrong. Null: none.
+         */
+        public Builder grammar(String gbnf) {
+            this.grammar = gbnf;
+            return this;
+        }
+
+        /** As {@link #grammar}, for a JSON Schema (its text): every answer is JSON valid under it. Null: none. */
+        public Builder jsonSchema(String schema) {
+            this.jsonSchema = schema;
+            return this;
+        }
+
+        /** Added to each token's logit before sampling; a very negative bias bans the token. Replaces earlier ones. */
+        public Builder logitBias(Map<Integer, Float> bias) {
+            biasTokens = new int[bias.size()];
+            biasValues = new float[bias.size()];
+            int i = 0;
+            for (Map.Entry<Integer, Float> e : bias.entrySet()) {
+                biasTokens[i] = e.getKey();
+                biasValues[i++] = e.getValue();
+            }
+            return this;
         }
 
         /** Higher is served first when the scheduler must choose; 1 interactive, 0 background. */
