@@ -4,7 +4,8 @@
 // Choices, and where the grammar is narrower than the schema:
 // - Whitespace: llama.cpp's `space` after every token, so compact JSON and modest pretty-printing both pass.
 // - Objects: declared properties in the schema's order, then required names the schema does not declare, then
-//   any other properties where additionalProperties allows them (a missing one: JsonSchemaOptions). An extra property's name may be any string but a declared one, compared by spelling.
+//   any other properties where additionalProperties allows them (a missing one: JsonSchemaOptions). An extra
+//   property's name may be any string but a declared one, compared by spelling.
 //   Where allOf/anyOf/oneOf branches declare properties, all branches use the order in which the names first
 //   appear in the schema (its own, its $ref, allOf, anyOf, then oneOf branches, depth first).
 // - allOf, anyOf, oneOf and a $ref with sibling keywords become alternatives of plain schemas (disjunctive
@@ -1566,7 +1567,8 @@ private:
         static const std::map<std::string, std::vector<std::string>, std::less<>> kNeeds = {
             {"value", {"object", "array", "string", "number", "boolean", "null"}},
             {"object", {"string", "value", "space"}}, {"array", {"value", "space"}}, {"string", {"char", "space"}},
-            {"number", {"integral-part", "fraction-part", "space"}}, {"integer", {"integral-part", "space"}}, {"boolean", {"space"}}, {"null", {"space"}},
+            {"number", {"integral-part", "fraction-part", "space"}}, {"integer", {"integral-part", "space"}},
+            {"boolean", {"space"}}, {"null", {"space"}},
             {"format-date", {"format-year", "format-leap-year"}}, {"format-date-time", {"format-date", "format-time"}},
             {"format-email", {"format-atom", "format-label"}}};
         for (bool grew = true; grew;) {

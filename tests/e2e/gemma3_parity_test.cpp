@@ -58,23 +58,6 @@ bool runs_on(const std::string& backend, size_t prompt) {
                                       std::end(kScalarPrompts);
 }
 
-// Prompt and greedy tokens of reference prompt `p`: every position whose logits the reference holds.
-std::vector<int32_t> teacher_tokens(const nlohmann::json& p) {
-    std::vector<int32_t> tokens = p["prompt_ids"].get<std::vector<int32_t>>();
-    const auto greedy = p["greedy_ids"].get<std::vector<int32_t>>();
-    tokens.insert(tokens.end(), greedy.begin(), greedy.end());
-    return tokens;
-}
-
-std::vector<float> all_logits(Stack& stack, const std::vector<int32_t>& tokens) {
-    std::vector<float> logits;
-    const int32_t seq = stack.engine->create_sequence();
-    const Engine::Work work{seq, tokens, LogitsWanted::All};
-    stack.engine->step({&work, 1}, logits);
-    stack.engine->release_sequence(seq);
-    return logits;
-}
-
 class Gemma3Parity : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override {

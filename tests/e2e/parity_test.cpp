@@ -87,36 +87,22 @@ double margin(const nlohmann::json& top20_row) {
     return top20_row[0][1].get<double>() - top20_row[1][1].get<double>();
 }
 
-// Prompt and greedy tokens of reference prompt `p`: every position whose logits the reference holds.
-std::vector<int32_t> teacher_tokens(const nlohmann::json& p) {
-    std::vector<int32_t> tokens = p["prompt_ids"].get<std::vector<int32_t>>();
-    const auto greedy = p["greedy_ids"].get<std::vector<int32_t>>();
-    tokens.insert(tokens.end(), greedy.begin(), greedy.end());
-    return tokens;
-}
-
 // Logits of `tokens`, all at once (one prefill), or with `decode` the prompt's in one step and then one token
 // per step, as generation runs; positions before the prompt's last are then left at zero.
 std::vector<float> teacher_forced(Stack& stack, const std::vector<int32_t>& tokens, size_t prompt_size, bool decode) {
+    if (!decode) return all_logits(stack, tokens);
     const size_t n_vocab = static_cast<size_t>(stack.engine->n_vocab());
     const int32_t seq = stack.engine->create_sequence();
-    std::vector<float> logits;
-    if (!decode) {
-        const Engine::Work work{seq, tokens, LogitsWanted::All};
-        stack.engine->step({&work, 1}, logits);
-    } else {
-        logits.assign(tokens.size() * n_vocab, 0.0f);
-        std::vector<float> step;
-        const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(prompt_size));
-        const Engine::Work first{seq, prompt, LogitsWanted::Last};
-        stack.engine->step({&first, 1}, step);
-        std::copy(step.begin(), step.end(), logits.begin() + static_cast<ptrdiff_t>((prompt_size - 1) * n_vocab));
-        for (size_t pos = prompt_size; pos < tokens.size(); ++pos) {
-            const std::vector<int32_t> one{tokens[pos]};
-            const Engine::Work next{seq, one, LogitsWanted::Last};
-            stack.engine->step({&next, 1}, step);
-            std::copy(step.begin(), step.end(), logits.begin() + static_cast<ptrdiff_t>(pos * n_vocab));
-        }
+    std::vector<float> logits(tokens.size() * n_vocab, 0.0f), step;
+    const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + static_cast<ptrdiff_t>(prompt_size));
+    const Engine::Work first{seq, prompt, LogitsWanted::Last};
+    stack.engine->step({&first, 1}, step);
+    std::copy(step.begin(), step.end(), logits.begin() + static_cast<ptrdiff_t>((prompt_size - 1) * n_vocab));
+    for (size_t pos = prompt_size; pos < tokens.size(); ++pos) {
+        const std::vector<int32_t> one{tokens[pos]};
+        const Engine::Work next{seq, one, LogitsWanted::Last};
+        stack.engine->step({&next, 1}, step);
+        std::copy(step.begin(), step.end(), logits.begin() + static_cast<ptrdiff_t>(pos * n_vocab));
     }
     stack.engine->release_sequence(seq);
     return logits;

@@ -3,6 +3,7 @@
 #include "synthetic_model.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +34,22 @@ bool full_suite() {
     return env != nullptr && std::string_view(env) == "1";
 }
 
+std::vector<float> all_logits(Stack& stack, const std::vector<int32_t>& tokens) {
+    std::vector<float> logits;
+    const int32_t seq = stack.engine->create_sequence();
+    const Engine::Work work{seq, tokens, LogitsWanted::All};
+    stack.engine->step({&work, 1}, logits);
+    stack.engine->release_sequence(seq);
+    return logits;
+}
+
+std::vector<int32_t> teacher_tokens(const nlohmann::json& prompt) {
+    std::vector<int32_t> tokens = prompt["prompt_ids"].get<std::vector<int32_t>>();
+    const auto greedy = prompt["greedy_ids"].get<std::vector<int32_t>>();
+    tokens.insert(tokens.end(), greedy.begin(), greedy.end());
+    return tokens;
+}
+
 std::vector<float> scalar_logits(const fs::path& model, const std::vector<int32_t>& tokens, bool refresh) {
     // The file is named by the model and an FNV-1a hash of the tokens; it holds the count of floats, then them.
     uint64_t hash = 1469598103934665603ull;
@@ -58,10 +75,7 @@ std::vector<float> scalar_logits(const fs::path& model, const std::vector<int32_
     EngineOptions options;
     options.context_length = 512;
     Stack scalar = make_stack(model, "scalar", options);
-    const int32_t seq = scalar.engine->create_sequence();
-    const Engine::Work work{seq, tokens, LogitsWanted::All};
-    scalar.engine->step({&work, 1}, logits);
-    scalar.engine->release_sequence(seq);
+    logits = all_logits(scalar, tokens);
     if (!file.empty()) {
         // Written whole under another name, then renamed: a reader never sees half a file.
         fs::create_directories(file.parent_path());

@@ -6,6 +6,7 @@
 #include "plugin/plugin_registry.h"
 
 #include <cellm/tensor.h>
+#include <nlohmann/json_fwd.hpp>
 
 #include <filesystem>
 #include <memory>
@@ -48,6 +49,12 @@ struct CommandResult {
 // Runs cellm-host with `args` (already shell-quoted where needed) and `input` on its standard input.
 CommandResult run_host(const std::string& args, const std::string& input = "");
 std::string shell_quote(const std::string& s);
+
+// Every position's logits of `tokens`, in one step (LogitsWanted::All) of a fresh sequence.
+std::vector<float> all_logits(Stack& stack, const std::vector<int32_t>& tokens);
+// Prompt and greedy tokens of a prompt of the parity reference files (tests/data/parity): every position whose
+// logits the reference holds.
+std::vector<int32_t> teacher_tokens(const nlohmann::json& prompt);
 
 // The scalar backend's logits of `tokens` in one pass (LogitsWanted::All), context length 512. They are the
 // slowest part of the parity suites (minutes per model on two cores) and several tests compare against the same
