@@ -7,6 +7,7 @@
 #   manifest     config/*.toml and the manifests of tests/
 #   bpe, spm     texts with flags and token ids (make_seeds.py)
 #   chat_template  conversations and the template sources (make_seeds.py)
+#   jinja_template, tool_call  chat templates and generated text with tool calls (make_seeds.py)
 #   image        the PNG and JPEG test images of tests/data/vision
 # Usage: fuzz/make_corpus.sh DIR. CELLM_BIN names the folder holding cellm-make-model and cellm-host
 # (default build/bin).

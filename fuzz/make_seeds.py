@@ -165,3 +165,45 @@ http = {
 }
 for name, data in http.items():
     put("http_request", name, data)
+
+# Chat templates for fuzz_jinja_template (host/jinja): the statements, filters and tests real templates use.
+jinja = {
+    "chatml": b"{{ bos_token }}{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\\n' + "
+              b"message['content'] | trim + '<|im_end|>\\n' }}{%- endfor %}\n"
+              b"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}",
+    "tools": b"{%- if tools %}{%- for tool in tools %}{{ tool | tojson(indent=2) }}\n{%- endfor %}{%- endif %}\n"
+             b"{%- for m in messages if m.role != 'system' %}{%- if m.tool_calls is defined %}"
+             b"{%- for tc in m.tool_calls %}{{ tc.function.name }}({{ tc.function.arguments | tojson }})"
+             b"{%- endfor %}{%- elif m.role == 'tool' %}[{{ m.tool_call_id }}] {{ m.content }}"
+             b"{%- else %}{{ m.role | upper }}: {{ m.content }}{% endif %}\n{%- endfor %}",
+    "macros": b"{%- macro render(v, depth=0) -%}{{ caller() if caller is defined }}{%- if v is mapping -%}{%- for k, x in v | dictsort -%}"
+              b"{{ '  ' * depth }}{{ k }}={{ render(x, depth + 1) }};{%- endfor -%}{%- elif v is iterable and v "
+              b"is not string -%}[{{ v | map('string') | join(', ') }}]{%- else -%}{{ v }}{%- endif -%}"
+              b"{%- endmacro -%}{{ render(tools[0]) }}{% call render(messages[0]) %}x{% endcall %}",
+    "namespace": b"{%- set ns = namespace(last=none, n=0) -%}{%- for m in messages[::-1] -%}"
+                 b"{%- if ns.last is none and m.role == 'user' -%}{%- set ns.last = loop.index0 -%}{%- endif -%}"
+                 b"{%- set ns.n = ns.n + (m.content | length) -%}{%- if loop.last %}{% break %}{% endif -%}"
+                 b"{%- endfor -%}{{ ns.last }} {{ ns.n }} {{ strftime_now('%d %b %Y') }}"
+                 b"{{ raise_exception('bad role') if messages[0].role == 'x' }}",
+    "strings": b"{% set c = messages[1].content %}{{ c.split(' ')[0].strip('?') }}|{{ c[::-1] }}|"
+               b"{{ c.startswith(('W', 'x')) }}|{{ '{}-{}'.format(c | length, c | wordcount) }}|"
+               b"{{ c | replace('Paris', 'Rome') | title }}{# comment #}{% raw %}{{ raw }}{% endraw %}",
+}
+for name, data in jinja.items():
+    put("jinja_template", name, data)
+
+# Generated text for fuzz_tool_call (host/tools): byte 0 picks the format (Hermes, Llama3, Gemma3, FunctionGemma,
+# SmolLM2, QwenXml), the rest is what a model might write, calls and near-calls.
+tool_text = {
+    "hermes": b"\x00Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"a\\\"b\", \"n\": 3}}\n"
+              b"</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"\xc3\xa9\"",
+    "llama3": b"\x01```json\n{\"name\": \"f\", \"parameters\": {\"s\": \"x\", \"o\": {\"k\": [1, 2]}}}\n```",
+    "gemma3": b"\x02{\"name\": \"f\", \"parameters\": {\"s\": \"x\"}} and then {\"name\"",
+    "function_gemma": b"\x03<start_function_call>call:f{s:<escape>a,b<escape>,n:-4,b:true,o:{k:[1,2]}}"
+                      b"<end_function_call><start_function_call>call:f{",
+    "smollm2": b"\x04<tool_call>[{\"name\": \"f\", \"arguments\": {\"s\": \"x\"}}, {\"name\": \"f\"]</tool_call>",
+    "qwen_xml": b"\x05<tool_call>\n<function=f>\n<parameter=s>\nline one\n</param\n</parameter>\n<parameter=n>\n7\n"
+                b"</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=f>\n<parameter=b>\nTrue",
+}
+for name, data in tool_text.items():
+    put("tool_call", name, data)

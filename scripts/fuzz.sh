@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets (fuzz/) in build-fuzz/ with clang and runs them.
 #
 #   scripts/fuzz.sh TARGET SECONDS     one target: gguf cellm safetensors manifest bpe spm chat_template image
-#                                      grammar json_schema http_request
+#                                      grammar json_schema http_request jinja_template tool_call
 #   scripts/fuzz.sh all SECONDS        every target in turn (FUZZ_PARALLEL=2: two at a time)
 #
 # Seeds come from fuzz/make_corpus.sh (written once into build-fuzz/corpus/TARGET; new inputs libFuzzer finds
@@ -13,7 +13,8 @@
 # own seed, default 1), FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 
-targets=(gguf cellm safetensors manifest bpe spm chat_template image grammar json_schema http_request)
+targets=(gguf cellm safetensors manifest bpe spm chat_template jinja_template image grammar json_schema http_request
+         tool_call)
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
   echo "usage: $0 TARGET|all SECONDS   (targets: ${targets[*]})" >&2
   exit 2

@@ -314,7 +314,7 @@ public:
 
     std::string compile_root() {
         std::string body = compile(root_, "");
-        std::string out = "root ::= " + body + "\n";
+        std::string out = std::string(options_.rule_prefix) + "root ::= " + body + "\n";
         for (const auto& [name, rule_body] : rules_) out += name + " ::= " + rule_body + "\n";
         out += primitives();
         if (out.size() > kMaxGrammarBytes)
@@ -358,6 +358,7 @@ private:
         if (base.size() > 40) base = base.substr(base.size() - 40), base.erase(0, base.find_first_not_of('-'));
         base = "s-" + base;
         if (base == "s-") base = "s";
+        base.insert(0, options_.rule_prefix);
         std::string name = base;
         for (int i = 2; !names_.insert(name).second; ++i) name = base + "-" + std::to_string(i);
         return name;

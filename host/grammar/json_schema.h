@@ -28,6 +28,13 @@ struct JsonSchemaOptions {
     // - a number or integer without bounds has at most 16 digits before the point, 16 after it and 16 in the
     //   exponent (llama.cpp's limits): a small model otherwise runs on with zeros to max_tokens.
     bool validation = false;
+    // Prepended to the name of every rule compiled from this schema, `root` included (prefix + "root"), so that
+    // grammars of several schemas can share one GBNF text (tool calls: one per function). The shared primitive
+    // rules (value, object, array, string, char, number, integer, integral-part, fraction-part, boolean, null,
+    // space, format-*) keep their names and, for the same options, their text: keep one copy of each such line.
+    // Letters, digits, '-' and '_'; empty by default. A view (so that the options stay a literal type): the text
+    // must outlive the json_schema_to_gbnf call.
+    std::string_view rule_prefix = {};
 };
 
 // JSON Schema text -> GBNF text whose `root` matches the JSON texts valid under the schema. Throws GrammarError

@@ -6,14 +6,25 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cellm {
 
 enum class ChatTemplateKind { ChatML, Llama3, Gemma, Plain };
 
+// A function call the assistant made, as OpenAI's tool_calls carry it.
+struct ToolCall {
+    std::string id;
+    std::string name;
+    std::string arguments;  // JSON text (an object)
+};
+
 struct ChatMessage {
-    std::string role;  // "system", "user", "assistant"
+    std::string role;  // "system", "user", "assistant", "tool"
     std::string content;
+    std::vector<ToolCall> tool_calls{};  // assistant: the calls it made
+    std::string tool_call_id{};          // tool: the call this message answers
+    std::string name{};                  // tool: the function that answered (optional)
 };
 
 // Recognises the family of a model's tokenizer.chat_template by its markers; nullopt when unknown.
