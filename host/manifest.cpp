@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view chat_templates[] = {"auto", "chatml", "llama3", "gemma", "plain"};
+constexpr std::string_view chat_templates[] = {"auto", "jinja", "chatml", "llama3", "gemma", "plain"};
 constexpr std::string_view kv_types[] = {"f32", "f16", "q8"};
 
 std::string_view type_name(toml::node_type type) {

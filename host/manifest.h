@@ -79,7 +79,7 @@ struct ServeConfig {
 };
 
 struct ChatConfig {
-    std::string template_name = "auto";        // auto | chatml | llama3 | gemma | plain
+    std::string template_name = "auto";        // auto | jinja (the model's own) | chatml | llama3 | gemma | plain
     std::optional<std::string> system_prompt;  // unset: the template's own default
 };
 

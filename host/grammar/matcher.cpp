@@ -65,6 +65,10 @@ bool GrammarMatcher::accept_token(int32_t token) {
     }
     const std::string& bytes = vocabulary.bytes(token);
     if (bytes.empty()) return false;
+    return accept_text(bytes);
+}
+
+bool GrammarMatcher::accept_text(std::string_view bytes) {
     auto& runtime = grammar_->runtime();
     const std::lock_guard lock(runtime.mutex);
     std::vector<uint32_t> tops = tops_;

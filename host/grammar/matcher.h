@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <span>
+#include <string_view>
 
 namespace cellm::grammar {
 
@@ -20,6 +21,9 @@ public:
     // Moves over a token. False, with the state unchanged, when the grammar does not allow it. An
     // end-of-generation token is accepted where the text may end.
     bool accept_token(int32_t token);
+    // Moves over text that was generated before the grammar applied (a lazy grammar's trigger and what came
+    // with it). False, with the state unchanged, when the grammar does not allow it.
+    bool accept_text(std::string_view bytes);
     // The text so far is a whole sentence of the grammar.
     bool can_end() const { return can_end_; }
     size_t mask_words() const { return grammar_->vocabulary().mask_words(); }

@@ -41,7 +41,9 @@ void Session::start_turn(std::vector<int32_t> prompt) {
     stops_.emplace(options_.stop);
     matcher_.reset();
     allowed_.clear();
-    if (options_.grammar) matcher_.emplace(options_.grammar);
+    trigger_tail_.clear();
+    trigger_failed_ = false;
+    if (options_.grammar && options_.grammar_trigger.empty()) matcher_.emplace(options_.grammar);
     submitted_ = Clock::now();
     last_token_at_.reset();
     cancel_requested_ = false;
@@ -85,6 +87,7 @@ bool Session::accept_logits(std::span<const float> logits, int32_t context_lengt
     }
     result_.tokens.push_back(token);
     context_.push_back(token);
+    if (options_.grammar && !matcher_) watch_trigger(token);
     const StopMatcher::Step printed = stops_->feed(decoder_->push(token));
     emit(printed.printable);
     if (printed.stopped) {
@@ -101,6 +104,25 @@ bool Session::accept_logits(std::span<const float> logits, int32_t context_lengt
         return false;
     }
     return true;
+}
+
+void Session::watch_trigger(int32_t token) {
+    const std::string& trigger = options_.grammar_trigger;
+    if (trigger_failed_ || trigger.empty()) return;
+    trigger_tail_ += options_.grammar->vocabulary().bytes(token);
+    const size_t at = trigger_tail_.find(trigger);
+    if (at == std::string::npos) {
+        // Only a suffix shorter than the trigger can still be the start of one.
+        if (trigger_tail_.size() >= trigger.size()) trigger_tail_.erase(0, trigger_tail_.size() - trigger.size() + 1);
+        return;
+    }
+    matcher_.emplace(options_.grammar);
+    if (!matcher_->accept_text(std::string_view(trigger_tail_).substr(at))) {
+        // What the model wrote after the trigger already breaks the grammar: the answer stays free text.
+        matcher_.reset();
+        trigger_failed_ = true;
+    }
+    trigger_tail_.clear();
 }
 
 void Session::record_logprobs(std::span<const float> logits, int32_t token) {

@@ -3,6 +3,7 @@
 #include <cellm/cellm.h>
 
 #include "engine_core.h"
+#include "tools/tool_format.h"
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -33,7 +34,7 @@ struct cellm_session {
     cellm_event_fn callback = nullptr;
     void* user_data = nullptr;
     // What get_text, get_tokens, get_stats and poll hand out, valid until the next call on this session.
-    std::string text, error, event_text;
+    std::string text, error, event_text, event_call_id, event_tool_name, tool_calls;
     std::vector<int32_t> tokens;
     std::vector<cellm_logprob> logprobs;
 };
@@ -163,6 +164,59 @@ void take_grammar(const cellm_session_options& o, const EngineCore& core, cellm:
     if (o.json_schema != nullptr) s.grammar = core.grammars().get(Kind::JsonSchema, o.json_schema);
 }
 
+// The 1.5 tool fields: the tools read and checked, and the grammar of their calls compiled, here on the caller's
+// thread.
+void take_tools(const cellm_session_options& o, const EngineCore& core, cellm::SessionOptions& s) {
+    if (!CELLM_COVERS(o, cellm_session_options, parallel_tool_calls)) return;
+    using Json = nlohmann::ordered_json;
+    Json choice = nullptr;
+    if (o.tool_choice != nullptr) {
+        const std::string text = o.tool_choice;
+        if (!text.empty() && text.front() == '{') {
+            choice = Json::parse(text, nullptr, false);
+            if (choice.is_discarded()) throw ArgumentError("tool_choice: not JSON");
+        } else if (text == "none" || text == "auto" || text == "required") {
+            choice = text;
+        } else {
+            choice = {{"type", "function"}, {"function", {{"name", text}}}};
+        }
+    }
+    if (o.tools == nullptr) {
+        if (!choice.is_null() && choice != "none") throw ArgumentError("tool_choice: the session has no tools");
+        return;
+    }
+    if (s.grammar) throw ArgumentError("tools: not together with grammar or json_schema");
+    const Json tools = Json::parse(o.tools, nullptr, false);
+    if (tools.is_discarded()) throw ArgumentError("tools: not JSON");
+    const std::optional<cellm::tools::ToolFormat> format = core.prompt().tool_format();
+    if (!format) {
+        throw ArgumentError("tools: this model's chat template has no tool-call format cellm knows (Qwen, Llama 3.x, "
+                            "Gemma 3, FunctionGemma and SmolLM2 have; docs/server.md)");
+    }
+    auto use = std::make_shared<cellm::tools::ToolUse>();
+    try {
+        use->tools = cellm::tools::parse_tools(tools);
+        use->choice = cellm::tools::parse_tool_choice(choice, use->tools);
+    } catch (const cellm::tools::ToolError& e) {
+        throw ArgumentError(e.what());
+    }
+    // A named function is called once, as OpenAI's tool_choice means it: small models otherwise tend to call it
+    // again and again until max_tokens.
+    use->parallel = o.parallel_tool_calls != 0 && use->choice.kind != cellm::tools::ToolChoice::Named;
+    use->format = *format;
+    if (use->choice.kind != cellm::tools::ToolChoice::None) {
+        cellm::tools::CallGrammar calls;
+        try {
+            calls = cellm::tools::call_grammar(use->format, use->tools, use->choice, use->parallel);
+        } catch (const cellm::tools::ToolError& e) {
+            throw ArgumentError(e.what());
+        }
+        s.grammar = core.grammars().get(cellm::grammar::GrammarCache::Kind::Gbnf, calls.gbnf);
+        s.grammar_trigger = calls.trigger;
+    }
+    s.tools = std::move(use);
+}
+
 cellm::SessionOptions to_session_options(const cellm_session_options& o, const EngineCore& core) {
     require_size(o, CELLM_V1_SIZE(cellm_session_options, user_data), "cellm_session_options");
     const auto check = [](bool ok, const char* message) {
@@ -192,6 +246,7 @@ cellm::SessionOptions to_session_options(const cellm_session_options& o, const E
     s.priority = o.priority;
     take_bias_and_logprobs(o, core, s);
     take_grammar(o, core, s);
+    take_tools(o, core, s);
     return s;
 }
 
@@ -276,6 +331,7 @@ const char* cellm_finish_reason_name(cellm_finish_reason reason) {
         case CELLM_FINISH_CONTEXT: return "context";
         case CELLM_FINISH_CANCELLED: return "cancelled";
         case CELLM_FINISH_ERROR: return "error";
+        case CELLM_FINISH_TOOL_CALLS: return "tool_calls";
     }
     return "";
 }
@@ -501,6 +557,7 @@ cellm_result cellm_session_options_init_size(const cellm_engine* engine, cellm_s
         o.stop = e.stop_strings.empty() ? nullptr : e.stop_strings.data();
         o.n_stop = e.stop_strings.size();
         o.priority = cellm::priority::interactive;
+        o.parallel_tool_calls = 1;
         std::memcpy(options, &o, std::min(size, sizeof o));
     });
 }
@@ -578,17 +635,110 @@ cellm_result cellm_session_submit_text(cellm_session* session, const char* text)
     });
 }
 
-cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages) {
-    return guarded([&] {
-        EngineCore& core = open_core(session);
-        const std::vector<cellm::ChatMessage> conversation = conversation_arg(messages, n_messages);
-        std::vector<int32_t> tokens;
-        try {
-            tokens = core.prompt().chat_tokens(conversation);
-        } catch (const Error& e) {
-            throw PromptError(e.what());
+namespace {
+
+// OpenAI's messages array, read and checked; errors name the field ("messages[2].tool_calls[0].function.name").
+std::vector<cellm::ChatMessage> conversation_json(const char* text) {
+    using Json = nlohmann::ordered_json;
+    const Json messages = Json::parse(text_arg(text, "messages_json"), nullptr, false);
+    if (messages.is_discarded() || !messages.is_array()) throw ArgumentError("messages: not a JSON array");
+    if (messages.empty()) throw PromptError("the conversation has no messages");
+    std::vector<cellm::ChatMessage> conversation;
+    std::vector<std::string> call_ids;  // of the calls made so far, for the tool messages that answer them
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const std::string at = "messages[" + std::to_string(i) + "]";
+        const Json& m = messages[i];
+        const auto string_field = [&](const Json& object, const char* key, const std::string& where, bool required) {
+            const auto it = object.find(key);
+            if (it == object.end() || it->is_null()) {
+                if (required) throw ArgumentError(where + "." + key + ": missing");
+                return std::string();
+            }
+            if (!it->is_string()) throw ArgumentError(where + "." + key + ": must be a string");
+            return it->get<std::string>();
+        };
+        if (!m.is_object()) throw ArgumentError(at + ": must be an object");
+        cellm::ChatMessage message;
+        message.role = string_field(m, "role", at, true);
+        if (message.role != "system" && message.role != "user" && message.role != "assistant" && message.role != "tool") {
+            throw ArgumentError(at + ".role: '" + message.role + "' (expected system, user, assistant or tool)");
         }
-        submit(session, std::move(tokens));
+        const auto calls = m.find("tool_calls");
+        const bool has_calls = calls != m.end() && !calls->is_null();
+        message.content = string_field(m, "content", at, !(message.role == "assistant" && has_calls));
+        if (has_calls) {
+            if (message.role != "assistant") throw ArgumentError(at + ".tool_calls: only assistant messages make calls");
+            if (!calls->is_array()) throw ArgumentError(at + ".tool_calls: must be an array");
+            for (size_t c = 0; c < calls->size(); ++c) {
+                const std::string where = at + ".tool_calls[" + std::to_string(c) + "]";
+                const Json& call = (*calls)[c];
+                if (!call.is_object()) throw ArgumentError(where + ": must be an object");
+                const auto function = call.find("function");
+                if (function == call.end() || !function->is_object()) {
+                    throw ArgumentError(where + ".function: must be an object");
+                }
+                cellm::ToolCall out;
+                out.id = string_field(call, "id", where, true);
+                out.name = string_field(*function, "name", where + ".function", true);
+                const auto arguments = function->find("arguments");
+                if (arguments == function->end() || arguments->is_null()) {
+                    out.arguments = "{}";
+                } else if (arguments->is_string()) {
+                    out.arguments = arguments->get<std::string>();
+                    if (!Json::accept(out.arguments)) throw ArgumentError(where + ".function.arguments: not JSON");
+                } else if (arguments->is_object()) {
+                    out.arguments = arguments->dump();
+                } else {
+                    throw ArgumentError(where + ".function.arguments: must be a JSON text or an object");
+                }
+                call_ids.push_back(out.id);
+                message.tool_calls.push_back(std::move(out));
+            }
+        }
+        if (message.role == "tool") {
+            message.tool_call_id = string_field(m, "tool_call_id", at, true);
+            if (std::find(call_ids.begin(), call_ids.end(), message.tool_call_id) == call_ids.end()) {
+                throw ArgumentError(at + ".tool_call_id: no earlier assistant tool call has id '" +
+                                    message.tool_call_id + "'");
+            }
+            message.name = string_field(m, "name", at, false);
+            if (message.name.empty()) {
+                // Templates that print the function's name (FunctionGemma's, Llama 3's) find it from the call.
+                for (const cellm::ChatMessage& earlier : conversation) {
+                    for (const cellm::ToolCall& call : earlier.tool_calls) {
+                        if (call.id == message.tool_call_id) message.name = call.name;
+                    }
+                }
+            }
+        }
+        conversation.push_back(std::move(message));
+    }
+    return conversation;
+}
+
+void submit_conversation(cellm_session* session, const std::vector<cellm::ChatMessage>& conversation) {
+    EngineCore& core = open_core(session);
+    const std::shared_ptr<const cellm::tools::ToolUse> tools =
+        core.with_session(session->id, [](const cellm::Session& s) { return s.options().tools; });
+    std::vector<int32_t> tokens;
+    try {
+        tokens = core.prompt().chat_tokens(conversation, tools.get());
+    } catch (const Error& e) {
+        throw PromptError(e.what());
+    }
+    submit(session, std::move(tokens));
+}
+
+}  // namespace
+
+cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages) {
+    return guarded([&] { submit_conversation(session, conversation_arg(messages, n_messages)); });
+}
+
+cellm_result cellm_session_submit_chat_json(cellm_session* session, const char* messages_json) {
+    return guarded([&] {
+        open_core(session);
+        submit_conversation(session, conversation_json(messages_json));
     });
 }
 
@@ -656,6 +806,14 @@ cellm_result cellm_session_poll(cellm_session* session, int32_t timeout_ms, cell
         out.text_len = s.event_text.size();
         out.generated_tokens = e->generated_tokens;
         out.finish_reason = e->finish_reason;
+        if (CELLM_COVERS(out, cellm_event, tool_name)) {
+            const bool call = e->kind == CELLM_EVENT_TOOL_CALL;
+            s.event_call_id = std::move(e->tool_call_id);
+            s.event_tool_name = std::move(e->tool_name);
+            out.tool_call_index = e->tool_call_index;
+            out.tool_call_id = call ? s.event_call_id.c_str() : nullptr;
+            out.tool_name = call ? s.event_tool_name.c_str() : nullptr;
+        }
     });
 }
 
@@ -689,11 +847,10 @@ cellm_result cellm_session_get_stats(cellm_session* session, cellm_session_stats
             out.ttft_ms = r.ttft_ms;
             out.prefill_tok_s = r.prefill_tok_s();
             out.decode_tok_s = r.decode_tok_s();
-            // The finish reason shows once the owner has been told (DONE delivered), not before.
-            out.finish_reason = busy || r.finish_reason.empty() ? CELLM_FINISH_NONE
-                                                                 : cellm::sdk::finish_reason_of(r.finish_reason);
             session->error = r.error;
         });
+        // The finish reason shows once the owner has been told (DONE delivered), not before.
+        out.finish_reason = busy ? CELLM_FINISH_NONE : core.answer(session->id).finish_reason;
         out.error = session->error.c_str();
     });
 }
@@ -702,9 +859,25 @@ cellm_result cellm_session_get_text(cellm_session* session, const char** text, s
     return guarded([&] {
         EngineCore& core = open_core(session);
         require(text, "text");
-        session->text = core.with_session(session->id, [](const cellm::Session& s) { return s.result().text; });
+        session->text = core.answer(session->id).text;
         *text = session->text.c_str();
         if (length != nullptr) *length = session->text.size();
+    });
+}
+
+cellm_result cellm_session_get_tool_calls(cellm_session* session, const char** json, size_t* length) {
+    return guarded([&] {
+        EngineCore& core = open_core(session);
+        require(json, "json");
+        nlohmann::ordered_json calls = nlohmann::ordered_json::array();
+        for (const cellm::ToolCall& call : core.answer(session->id).tool_calls) {
+            calls.push_back({{"id", call.id},
+                             {"type", "function"},
+                             {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        }
+        session->tool_calls = calls.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+        *json = session->tool_calls.c_str();
+        if (length != nullptr) *length = session->tool_calls.size();
     });
 }
 

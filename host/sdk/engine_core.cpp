@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <random>
 
 namespace cellm::sdk {
 
@@ -65,8 +67,16 @@ void SessionChannel::deliver(Event event) {
         const cellm_event_fn callback = callback_;
         void* user_data = user_data_;
         lock.unlock();  // the callback may read this session (get_stats, get_text)
-        const cellm_event e{sizeof(cellm_event), event.kind, event.text.c_str(), event.text.size(),
-                            event.generated_tokens, event.finish_reason};
+        const bool call = event.kind == CELLM_EVENT_TOOL_CALL;
+        const cellm_event e{sizeof(cellm_event),
+                            event.kind,
+                            event.text.c_str(),
+                            event.text.size(),
+                            event.generated_tokens,
+                            event.finish_reason,
+                            event.tool_call_index,
+                            call ? event.tool_call_id.c_str() : nullptr,
+                            call ? event.tool_name.c_str() : nullptr};
         callback(handle_, &e, user_data);
     } else {
         queue_.push_back(std::move(event));
@@ -175,8 +185,12 @@ void EngineCore::deliver_finished() {
         if (!channel->busy()) continue;
         const Session& s = scheduler_->session(id);
         if (s.state() != SessionState::Idle) continue;
+        if (auto turn = tool_turns_.find(id); turn != tool_turns_.end() && !turn->second.finished) {
+            turn->second.finished = true;
+            deliver_tool_deltas(id, turn->second.parser.finish());
+        }
         channel->deliver({CELLM_EVENT_DONE, {}, static_cast<int32_t>(s.result().tokens.size()),
-                          finish_reason_of(s.result().finish_reason)});
+                          finish_reason(id, s.result())});
     }
 }
 
@@ -213,12 +227,63 @@ SchedulerStats EngineCore::stats() {
 
 SessionOptions EngineCore::wired(SessionOptions options, SessionId id) {
     // Text streams to the channel with the turn's token count; the session's id is known only once created.
-    options.on_text = [this, id](std::string_view text) {
-        const auto& channel = channels_.at(id);
-        const auto generated = static_cast<int32_t>(scheduler_->session(id).result().tokens.size());
-        channel->deliver({CELLM_EVENT_TEXT, std::string(text), generated, CELLM_FINISH_NONE});
-    };
+    options.on_text = [this, id](std::string_view text) { deliver_text(id, text); };
     return options;
+}
+
+void EngineCore::deliver_text(SessionId id, std::string_view text) {
+    if (auto turn = tool_turns_.find(id); turn != tool_turns_.end()) {
+        deliver_tool_deltas(id, turn->second.parser.feed(text));
+        return;
+    }
+    const auto generated = static_cast<int32_t>(scheduler_->session(id).result().tokens.size());
+    channels_.at(id)->deliver({CELLM_EVENT_TEXT, std::string(text), generated, CELLM_FINISH_NONE});
+}
+
+void EngineCore::deliver_tool_deltas(SessionId id, const std::vector<tools::ToolCallParser::Delta>& deltas) {
+    const auto& channel = channels_.at(id);
+    const auto generated = static_cast<int32_t>(scheduler_->session(id).result().tokens.size());
+    ToolTurn& turn = tool_turns_.at(id);
+    for (const tools::ToolCallParser::Delta& d : deltas) {
+        if (d.kind == tools::ToolCallParser::Delta::Content) {
+            if (!d.text.empty()) channel->deliver({CELLM_EVENT_TEXT, d.text, generated, CELLM_FINISH_NONE});
+            continue;
+        }
+        if (d.kind == tools::ToolCallParser::Delta::Arguments && d.text.empty()) continue;  // "" announces a call
+        SessionChannel::Event e{CELLM_EVENT_TOOL_CALL, {}, generated, CELLM_FINISH_NONE, d.index, {}, {}};
+        if (d.kind == tools::ToolCallParser::Delta::CallStart) {
+            turn.announced.resize(std::max(turn.announced.size(), static_cast<size_t>(d.index) + 1));
+            turn.announced[static_cast<size_t>(d.index)] = {d.id, d.text};
+        } else {
+            e.text = d.text;
+        }
+        const auto& announced = turn.announced.at(static_cast<size_t>(d.index));
+        e.tool_call_id = announced.first;
+        e.tool_name = announced.second;
+        channel->deliver(std::move(e));
+    }
+}
+
+cellm_finish_reason EngineCore::finish_reason(SessionId id, const SessionResult& result) const {
+    const cellm_finish_reason reason = finish_reason_of(result.finish_reason);
+    const auto turn = tool_turns_.find(id);
+    const bool called = turn != tool_turns_.end() && turn->second.finished && !turn->second.parser.calls().empty();
+    return called && (reason == CELLM_FINISH_EOG || reason == CELLM_FINISH_STOP) ? CELLM_FINISH_TOOL_CALLS : reason;
+}
+
+EngineCore::Answer EngineCore::answer(SessionId id) {
+    Lock lock(*this);
+    check_open();
+    const SessionResult& result = scheduler_->session(id).result();
+    Answer out;
+    out.finish_reason = result.finish_reason.empty() ? CELLM_FINISH_NONE : finish_reason(id, result);
+    if (const auto turn = tool_turns_.find(id); turn != tool_turns_.end()) {
+        out.text = turn->second.parser.content();
+        out.tool_calls = turn->second.parser.calls();
+    } else {
+        out.text = result.text;
+    }
+    return out;
 }
 
 SessionId EngineCore::create(SessionOptions options, std::shared_ptr<SessionChannel> channel) {
@@ -253,6 +318,7 @@ void EngineCore::submit(SessionId id, std::vector<int32_t> prompt) {
     const auto& channel = channels_.at(id);
     if (channel->busy()) throw BusyError("the session is still generating its previous turn");
     scheduler_->submit(id, std::move(prompt));
+    begin_tool_turn(id);
     channel->begin_turn();
     work_ = true;
 }
@@ -268,8 +334,21 @@ void EngineCore::submit_images(SessionId id, const std::string& text, std::span<
     }
     ImagePrompter::Prompt p = images_->build(text, images, prompt_->wants_bos(text));
     scheduler_->submit(id, std::move(p.tokens), std::move(p.embeddings));
+    begin_tool_turn(id);
     channel->begin_turn();
     work_ = true;
+}
+
+void EngineCore::begin_tool_turn(SessionId id) {
+    tool_turns_.erase(id);
+    const auto& tools = scheduler_->session(id).options().tools;
+    if (tools == nullptr) return;
+    // Ids unique across turns and sessions, as OpenAI's are: the history refers back to them.
+    static std::atomic<uint64_t> turns{0};
+    char prefix[32];
+    std::snprintf(prefix, sizeof prefix, "call_%08llx%04x_", static_cast<unsigned long long>(std::random_device{}()),
+                  static_cast<unsigned>(turns++ & 0xffff));
+    tool_turns_.emplace(id, ToolTurn{tools::ToolCallParser(tools->format, prefix, tools->tools), {}, false});
 }
 
 void EngineCore::cancel(SessionId id) {
@@ -285,6 +364,7 @@ void EngineCore::destroy(SessionId id) {
     if (closed_) return;  // close() already freed every session
     scheduler_->destroy(id);
     channels_.erase(id);
+    tool_turns_.erase(id);
     work_ = true;  // a waiting session may fit in the blocks it gave back
 }
 

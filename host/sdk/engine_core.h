@@ -12,6 +12,7 @@
 #include "tokenize/prompt.h"
 #include "runtime.h"
 #include "schedule/scheduler.h"
+#include "tools/tool_call_parser.h"
 #include "vision/image_prompt.h"
 
 #include <atomic>
@@ -39,6 +40,9 @@ public:
         std::string text;
         int32_t generated_tokens = 0;
         cellm_finish_reason finish_reason = CELLM_FINISH_NONE;
+        // TOOL_CALL: which call, and its id and function.
+        int32_t tool_call_index = -1;
+        std::string tool_call_id{}, tool_name{};
     };
 
     SessionChannel(cellm_session* handle, cellm_event_fn callback, void* user_data);
@@ -106,6 +110,14 @@ public:
         check_open();  // a close on another thread may have come after the caller's own check
         return read(scheduler_->session(id));
     }
+    // The answer of a session's current or last turn as the owner sees it: the text (with tools, the calls'
+    // markup taken out), the calls, and the finish reason (tool_calls for an answer that ended with calls).
+    struct Answer {
+        std::string text;
+        std::vector<ToolCall> tool_calls;
+        cellm_finish_reason finish_reason = CELLM_FINISH_NONE;
+    };
+    Answer answer(SessionId id);
 
 private:
     // Holds the scheduler: taken by callers on their own thread, and a no-op on the scheduler thread, which
@@ -127,6 +139,12 @@ private:
     // Scheduler thread, lock held: a step failed as a whole; every running turn ends with the error.
     void fail_all(const std::string& why);
     SessionOptions wired(SessionOptions options, SessionId id);
+    // Scheduler thread, lock held: generated text on its way to the channel, through the turn's tool-call parser
+    // when the session has tools.
+    void deliver_text(SessionId id, std::string_view text);
+    void begin_tool_turn(SessionId id);
+    void deliver_tool_deltas(SessionId id, const std::vector<tools::ToolCallParser::Delta>& deltas);
+    cellm_finish_reason finish_reason(SessionId id, const SessionResult& result) const;
     void check_open() const;
 
     Manifest manifest_;
@@ -145,6 +163,13 @@ private:
     bool work_ = false;                 // something changed since the last step found nothing to do
     std::atomic<bool> closed_{false};
     std::map<SessionId, std::shared_ptr<SessionChannel>> channels_;
+    // The running or last turn of each session with tools: its parser, and the calls it announced (id, name).
+    struct ToolTurn {
+        tools::ToolCallParser parser;
+        std::vector<std::pair<std::string, std::string>> announced;
+        bool finished = false;
+    };
+    std::map<SessionId, ToolTurn> tool_turns_;
     std::thread thread_;
 };
 

@@ -9,12 +9,25 @@ namespace cellm::server {
 namespace {
 
 // An SDK failure as the client sees it. Reads cellm_last_error(), so call it right after the failing call.
+// The field an engine message names at its start ("tools[1].function.parameters: ..."), for the error's param.
+std::string named_field(const std::string& message) {
+    for (const char* field : {"tools", "tool_choice", "messages"}) {
+        const size_t n = std::char_traits<char>::length(field);
+        if (message.compare(0, n, field) != 0 || message.size() <= n) continue;
+        if (const size_t colon = message.find(": "); colon != std::string::npos &&
+                                                     message.find(' ') == colon + 1) {
+            return message.substr(0, colon);
+        }
+    }
+    return {};
+}
+
 ApiError sdk_error(cellm_result result) {
     std::string message = cellm_last_error();
     if (message.empty()) message = cellm_result_name(result);
     switch (result) {
         case CELLM_E_INVALID_ARGUMENT:
-            return ApiError(400, message, "invalid_value");
+            return ApiError(400, message, "invalid_value", named_field(message));
         case CELLM_E_CLOSED:
             return ApiError(503, message, "server_shutting_down", {}, "server_error");
         default:
@@ -84,13 +97,17 @@ Generation::Generation(cellm_engine* engine, const CompletionRequest& request, i
     options.name = name.c_str();
     cellm_session* session = nullptr;
     const cellm_result created = cellm_session_create(engine, &options, &session);
-    if (created == CELLM_E_GRAMMAR) throw ApiError(400, cellm_last_error(), "invalid_value", request.constraint_param);
+    if (created == CELLM_E_GRAMMAR) {
+        throw ApiError(400, cellm_last_error(), "invalid_value", request.tools ? "tools" : request.constraint_param);
+    }
     expect(created);
     session_.reset(session);
 
     submitted_ = std::chrono::steady_clock::now();
     cellm_result submitted = CELLM_SUCCESS;
-    if (request.endpoint == Endpoint::chat) {
+    if (request.endpoint == Endpoint::chat && (request.tools || request.messages_have_tools)) {
+        submitted = cellm_session_submit_chat_json(session, request.messages_json.c_str());
+    } else if (request.endpoint == Endpoint::chat) {
         std::vector<cellm_message> messages;
         for (const ChatMessage& m : request.messages) messages.push_back({m.role.c_str(), m.content.c_str()});
         if (request.images.empty()) {
@@ -169,6 +186,13 @@ std::string Generation::text() {
     size_t length = 0;
     expect(cellm_session_get_text(session_.get(), &text, &length));
     return {text, length};
+}
+
+std::string Generation::tool_calls() {
+    const char* json = nullptr;
+    size_t length = 0;
+    expect(cellm_session_get_tool_calls(session_.get(), &json, &length));
+    return {json, length};
 }
 
 std::vector<cellm_logprob> Generation::logprobs(size_t* row_size) {

@@ -82,6 +82,8 @@ public:
     // Of the turn (after DONE: final). The error string is valid until the next call on this object.
     cellm_session_stats stats();
     std::string text();
+    // The turn's function calls (cellm_session_get_tool_calls): OpenAI's tool_calls array as JSON text.
+    std::string tool_calls();
     // The log-probability rows so far (cellm_session_get_logprobs): *row_size entries per generated token.
     std::vector<cellm_logprob> logprobs(size_t* row_size);
 

@@ -138,6 +138,7 @@ bool stream_events(Generations& generations, const ResponseMeta& meta, http::Bod
             Json logprobs = next_logprobs(meta, choice, static_cast<size_t>(event.generated_tokens), engine);
             return send_event(sink, dump(text_chunk(meta, index, {event.text, event.text_len}, std::move(logprobs))));
         }
+        if (event.kind == CELLM_EVENT_TOOL_CALL) return send_event(sink, dump(tool_call_chunk(meta, index, event)));
         const cellm_session_stats stats = choice.generation->stats();
         choice.done = true;
         --running;
@@ -327,7 +328,9 @@ void HttpServer::completions(const std::string& body, http::Response& response, 
             size_t text_offset = 0;
             logprobs = endpoint == Endpoint::chat ? chat_logprobs_json(rows) : completion_logprobs_json(rows, text_offset);
         }
-        choices.push_back({generation->text(), reason, std::move(logprobs)});
+        Json calls = Json::parse(generation->tool_calls(), nullptr, false);
+        if (!calls.is_array()) calls = Json::array();
+        choices.push_back({generation->text(), reason, std::move(logprobs), std::move(calls)});
     }
     send_json(response, 200, completion_json(meta, choices, usage));
 }

@@ -15,7 +15,7 @@ namespace cellm::server {
 
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // in the order given: a schema's properties are generated in that order
 
 // More than OpenAI's 4, few enough that checking them after every token stays cheap.
 constexpr size_t kMaxStopStrings = 16;
@@ -99,15 +99,30 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
         unsupported("top_logprobs", "top_logprobs is a chat field: the completions API takes logprobs: N (0..5)");
     }
     if (given("suffix", is_empty)) unsupported("suffix", "suffix (insertion) is not supported");
-    for (const char* key : {"tools", "functions"}) {
-        if (given(key, is_empty)) unsupported(key, std::string(key) + " (function calling) are not supported");
-    }
+    if (given("functions", is_empty)) unsupported("functions", "functions (OpenAI's deprecated form) are not supported: use tools");
     if (given("function_call", [](const json& v) { return v == "none"; })) {
-        unsupported("function_call", "function_call is not supported");
+        unsupported("function_call", "function_call (OpenAI's deprecated form) is not supported: use tool_choice");
     }
-    if (given("tool_choice", [](const json& v) { return v == "none" || v == "auto"; })) {
-        unsupported("tool_choice", "tool_choice is not supported: this server has no tools");
+    if (endpoint == Endpoint::completion) {
+        for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"}) {
+            if (field(body, key)) unsupported(key, std::string(key) + " is a chat field: /v1/completions has no tools");
+        }
     }
+}
+
+// tools, tool_choice and parallel_tool_calls, passed on as JSON text: the engine checks them against the model
+// and names the field of what it refuses.
+void parse_tools(const json& body, CompletionRequest& r) {
+    if (const json* tools = field(body, "tools")) {
+        if (!tools->is_array()) wrong_type("tools", "an array");
+        if (!tools->empty()) r.tools = tools->dump();
+    }
+    if (const json* choice = field(body, "tool_choice")) {
+        if (!choice->is_string() && !choice->is_object()) wrong_type("tool_choice", "a string or an object");
+        r.tool_choice = choice->is_string() ? choice->get<std::string>() : choice->dump();
+        if (!r.tools && *choice != "none") invalid("tool_choice", "tool_choice needs tools");
+    }
+    r.parallel_tool_calls = boolean(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
 }
 
 int32_t parse_n(const json& body) {
@@ -321,6 +336,7 @@ std::vector<ChatMessage> parse_messages(const json& body, CompletionRequest& req
     if (!messages->is_array()) wrong_type("messages", "an array");
     if (messages->empty()) invalid("messages", "messages must not be empty");
     std::vector<ChatMessage> out;
+    json request_messages = json::array();
     for (size_t i = 0; i < messages->size(); ++i) {
         const json& message = (*messages)[i];
         const std::string path = "messages[" + std::to_string(i) + "]";
@@ -330,12 +346,28 @@ std::vector<ChatMessage> parse_messages(const json& body, CompletionRequest& req
         std::string name = role->get<std::string>();
         // OpenAI's newer name for the system role; the chat templates know only "system".
         if (name == "developer") name = "system";
-        if (name != "system" && name != "user" && name != "assistant") {
-            invalid(path + ".role", path + ".role must be system, user or assistant, not '" + name + "'",
+        if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
+            invalid(path + ".role", path + ".role must be system, user, assistant or tool, not '" + name + "'",
                     "unsupported_value");
         }
-        out.push_back({std::move(name), message_content(message, path, request)});
+        // An assistant message that only makes calls may have no content.
+        const json* calls = field(message, "tool_calls");
+        const json* content = field(message, "content");
+        const bool calls_only = name == "assistant" && calls != nullptr && content == nullptr;
+        std::string text = calls_only ? std::string() : message_content(message, path, request);
+        json entry = {{"role", name}, {"content", text}};
+        if (calls != nullptr) {
+            entry["tool_calls"] = *calls;
+            request.messages_have_tools = true;
+        }
+        for (const char* key : {"tool_call_id", "name"}) {
+            if (const json* value = field(message, key); value != nullptr && name == "tool") entry[key] = *value;
+        }
+        if (name == "tool") request.messages_have_tools = true;
+        request_messages.push_back(std::move(entry));
+        out.push_back({std::move(name), std::move(text)});
     }
+    request.messages_json = request_messages.dump();
     return out;
 }
 
@@ -464,6 +496,10 @@ CompletionRequest parse_completion_request(Endpoint endpoint, std::string_view b
     r.n = parse_n(root);
     parse_logprobs(root, endpoint, r);
     parse_constraint(root, r);
+    if (endpoint == Endpoint::chat) parse_tools(root, r);
+    if ((r.tools || r.messages_have_tools) && !r.images.empty()) {
+        invalid("tools", "tools and images in one request are not supported", "unsupported_value");
+    }
     return r;
 }
 
@@ -491,6 +527,9 @@ void apply_sampling(const CompletionRequest& request, int32_t choice, cellm_sess
     options.top_logprobs = request.top_logprobs;
     options.grammar = request.grammar ? request.grammar->c_str() : nullptr;
     options.json_schema = request.json_schema ? request.json_schema->c_str() : nullptr;
+    options.tools = request.tools ? request.tools->c_str() : nullptr;
+    options.tool_choice = request.tool_choice ? request.tool_choice->c_str() : nullptr;
+    options.parallel_tool_calls = request.parallel_tool_calls ? 1 : 0;
 }
 
 }  // namespace cellm::server

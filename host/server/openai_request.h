@@ -17,7 +17,7 @@ namespace cellm::server {
 enum class Endpoint { chat, completion };
 
 struct ChatMessage {
-    std::string role;  // "system", "user" or "assistant"
+    std::string role;  // "system", "user", "assistant" or "tool"
     std::string content;  // with kImageMarker where each image part was
 };
 
@@ -59,6 +59,14 @@ struct CompletionRequest {
     // names the field it came from, for errors about it.
     std::optional<std::string> grammar, json_schema;
     std::string constraint_param;
+    // Function tools (chat): the JSON text of `tools` and of `tool_choice` as given, checked by the engine, which
+    // names the field of what it refuses. `messages_json` is the conversation in OpenAI's shape, assistant
+    // tool_calls and tool messages included, for cellm_session_submit_chat_json; used whenever tools are given
+    // or a message is a tool's or makes calls.
+    std::optional<std::string> tools, tool_choice;
+    bool parallel_tool_calls = true;
+    std::string messages_json;
+    bool messages_have_tools = false;
 };
 
 // Throws ApiError (400) for malformed JSON, wrong types, values out of range, empty messages or prompt, image

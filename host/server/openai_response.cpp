@@ -132,6 +132,8 @@ const char* finish_reason_text(cellm_finish_reason reason) {
         case CELLM_FINISH_CONTEXT:
         case CELLM_FINISH_CANCELLED:
             return "length";
+        case CELLM_FINISH_TOOL_CALLS:
+            return "tool_calls";
         case CELLM_FINISH_NONE:
         case CELLM_FINISH_EOG:
         case CELLM_FINISH_STOP:
@@ -153,7 +155,11 @@ Json completion_json(const ResponseMeta& meta, const std::vector<Choice>& choice
     for (size_t i = 0; i < choices.size(); ++i) {
         Json choice = {{"index", i}};
         if (meta.endpoint == Endpoint::chat) {
-            choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+            const bool calls = !choices[i].tool_calls.empty();
+            // OpenAI's content is null for an answer that only calls.
+            choice["message"] = {{"role", "assistant"},
+                                 {"content", calls && choices[i].text.empty() ? Json(nullptr) : Json(choices[i].text)}};
+            if (calls) choice["message"]["tool_calls"] = choices[i].tool_calls;
         } else {
             choice["text"] = choices[i].text;
         }
@@ -173,6 +179,18 @@ Json role_chunk(const ResponseMeta& meta, int32_t index) {
 Json text_chunk(const ResponseMeta& meta, int32_t index, std::string_view text, Json logprobs) {
     return chunk(meta, index, meta.endpoint == Endpoint::chat ? Json{{"content", text}} : Json(text),
                  std::move(logprobs), nullptr);
+}
+
+Json tool_call_chunk(const ResponseMeta& meta, int32_t index, const cellm_event& event) {
+    Json call = {{"index", event.tool_call_index}};
+    if (event.text_len == 0) {
+        call["id"] = event.tool_call_id != nullptr ? event.tool_call_id : "";
+        call["type"] = "function";
+        call["function"] = {{"name", event.tool_name != nullptr ? event.tool_name : ""}, {"arguments", ""}};
+    } else {
+        call["function"] = {{"arguments", std::string_view(event.text, event.text_len)}};
+    }
+    return chunk(meta, index, {{"tool_calls", Json::array({std::move(call)})}}, nullptr, nullptr);
 }
 
 Json finish_chunk(const ResponseMeta& meta, int32_t index, cellm_finish_reason reason, Json logprobs) {

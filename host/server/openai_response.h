@@ -65,6 +65,7 @@ struct Choice {
     std::string text;
     cellm_finish_reason reason = CELLM_FINISH_NONE;
     Json logprobs;
+    Json tool_calls = Json::array();  // chat: message.tool_calls (left out when empty)
 };
 
 // stream false: the whole answer.
@@ -74,6 +75,9 @@ Json completion_json(const ResponseMeta& meta, const std::vector<Choice>& choice
 // once usage_chunk (with include_usage) and the SSE terminator. `logprobs` is null or the piece's tokens' rows.
 Json role_chunk(const ResponseMeta& meta, int32_t index);
 Json text_chunk(const ResponseMeta& meta, int32_t index, std::string_view text, Json logprobs = nullptr);
+// A piece of a function call (CELLM_EVENT_TOOL_CALL) as delta.tool_calls: the first of a call carries its id,
+// type and name with empty arguments, the next ones only arguments text.
+Json tool_call_chunk(const ResponseMeta& meta, int32_t index, const cellm_event& event);
 Json finish_chunk(const ResponseMeta& meta, int32_t index, cellm_finish_reason reason, Json logprobs = nullptr);
 Json usage_chunk(const ResponseMeta& meta, const Usage& usage);
 

@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CELLM_SDK_VERSION_MAJOR 1
-#define CELLM_SDK_VERSION_MINOR 4
+#define CELLM_SDK_VERSION_MINOR 5
 
 #if defined(_WIN32)
 #define CELLM_API __declspec(dllexport)
@@ -182,15 +182,17 @@ typedef enum cellm_finish_reason {
     CELLM_FINISH_LENGTH = 3,    /* max_tokens were generated */
     CELLM_FINISH_CONTEXT = 4,   /* the context is full */
     CELLM_FINISH_CANCELLED = 5, /* cellm_session_cancel, or the engine closed */
-    CELLM_FINISH_ERROR = 6      /* the turn failed; cellm_session_stats.error says why */
+    CELLM_FINISH_ERROR = 6,     /* the turn failed; cellm_session_stats.error says why */
+    CELLM_FINISH_TOOL_CALLS = 7 /* since 1.5: the answer ended with function calls (cellm_session_get_tool_calls) */
 } cellm_finish_reason;
 
-/* "eog", "stop", "length", "context", "cancelled", "error", or "" for NONE. Static storage. */
+/* "eog", "stop", "length", "context", "cancelled", "error", "tool_calls", or "" for NONE. Static storage. */
 CELLM_API const char* cellm_finish_reason_name(cellm_finish_reason reason);
 
 typedef enum cellm_event_kind {
     CELLM_EVENT_TEXT = 1, /* more generated text */
-    CELLM_EVENT_DONE = 2  /* the turn ended; finish_reason says how. The last event of every turn. */
+    CELLM_EVENT_DONE = 2, /* the turn ended; finish_reason says how. The last event of every turn. */
+    CELLM_EVENT_TOOL_CALL = 3 /* since 1.5, with tools: a piece of a function call (tool_call_* fields) */
 } cellm_event_kind;
 
 typedef struct cellm_event {
@@ -202,6 +204,13 @@ typedef struct cellm_event {
     size_t text_len;
     int32_t generated_tokens;          /* this turn so far */
     cellm_finish_reason finish_reason; /* DONE only */
+    /* Since 1.5 (filled when struct_size covers them). TOOL_CALL: the answer's index-th call; its first event
+     * has text "" and announces the call, the next ones carry pieces of its arguments' JSON text in `text`, in
+     * order (their concatenation is the call's arguments). Id and name are set on every event of the call;
+     * owned like `text`. Other kinds: -1 and NULL. */
+    int32_t tool_call_index;
+    const char* tool_call_id;
+    const char* tool_name;
 } cellm_event;
 
 /* Receives a session's events on the engine's scheduler thread, in order. It must return quickly (the step of
@@ -248,6 +257,19 @@ typedef struct cellm_session_options {
     size_t n_logit_bias;
     int32_t logprobs;         /* non-zero: record each generated token's log-probability (cellm_session_get_logprobs) */
     int32_t top_logprobs;     /* 0..20: also the most likely tokens at each step (needs logprobs) */
+    /* Since 1.5. Function tools (docs/sdk.md, Tools): OpenAI's `tools` array as JSON text, NULL for none; copied.
+     * The prompt then offers them to the model, through its own chat template where it renders tools and
+     * through its family's documented prompt where it does not (docs/server.md, Tool calling); the answer's
+     * calls are taken out of the text and arrive as CELLM_EVENT_TOOL_CALL events, the text events carrying only
+     * the rest, and the turn ends with CELLM_FINISH_TOOL_CALLS. Calls asked for with "required" or a name are
+     * grammar-constrained, so they always parse and their arguments fit the function's schema; with "auto" a
+     * call is constrained from its opening marker on. CELLM_E_INVALID_ARGUMENT naming the field ("tools[1].
+     * function.parameters: ...") for a malformed tool and when the model's family has no call format cellm knows.
+     * Not together with grammar or json_schema. */
+    const char* tools;
+    const char* tool_choice;      /* NULL or "auto" (with tools), "none", "required", or OpenAI's JSON object
+                                     {"type": "function", "function": {"name": ...}}; copied */
+    int32_t parallel_tool_calls;  /* non-zero (init's default): an answer may make several calls */
 } cellm_session_options;
 
 /* Fills the `size` bytes of *options with the manifest's [sampling] defaults (the 1.4 fields off) and sets
@@ -288,6 +310,13 @@ typedef struct cellm_message {
 /* Rendered with the model's chat template (the manifest's [chat] settings) with the generation prompt. */
 CELLM_API cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages);
 CELLM_API cellm_result cellm_session_submit_tokens(cellm_session* session, const int32_t* tokens, size_t n_tokens);
+
+/* Since 1.5. A conversation as OpenAI's `messages` JSON array (text, copied): roles system, user, assistant and
+ * tool; content a string (or null for an assistant message with tool_calls); assistant `tool_calls` as OpenAI
+ * writes them ({"id", "type": "function", "function": {"name", "arguments": JSON text}}); a tool message's
+ * `tool_call_id` must name an earlier call. Rendered as cellm_session_submit_chat renders, with the session's
+ * tools. CELLM_E_INVALID_ARGUMENT naming the field ("messages[3].tool_call_id: ...") for a malformed message. */
+CELLM_API cellm_result cellm_session_submit_chat_json(cellm_session* session, const char* messages_json);
 
 /* Prompts with images, for a model that takes them (cellm_engine_info.model_takes_images; SmolVLM). An image is
  * a PNG or JPEG file's bytes, borrowed for the call. Each "<image>" in the text (or in the messages' content)
@@ -337,6 +366,12 @@ CELLM_API cellm_result cellm_session_get_stats(cellm_session* session, cellm_ses
  * this session. */
 CELLM_API cellm_result cellm_session_get_text(cellm_session* session, const char** text, size_t* length);
 CELLM_API cellm_result cellm_session_get_tokens(cellm_session* session, const int32_t** tokens, size_t* n_tokens);
+
+/* Since 1.5. The function calls of the current or last turn (with tools), as OpenAI's message.tool_calls JSON
+ * array: [{"id", "type": "function", "function": {"name", "arguments"}}], "[]" when none; NUL-terminated. With
+ * tools, cellm_session_get_text gives the rest of the answer (the calls' markup taken out). Owned by the
+ * session; valid until the next call on this session. */
+CELLM_API cellm_result cellm_session_get_tool_calls(cellm_session* session, const char** json, size_t* length);
 
 /* Since 1.4. With options.logprobs: for each token of cellm_session_get_tokens, a row of `*row_size` entries
  * (1 + top_logprobs): the generated token, then the top_logprobs most likely tokens, best first (ties: lower id).

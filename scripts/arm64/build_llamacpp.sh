@@ -6,8 +6,7 @@
 # Prints the two bin folders. Idempotent; ccache makes a rebuild after a wiped build folder cheap.
 #
 # Source: llama.cpp as vendored in the sdist of the PyPI package llama-cpp-python (LLAMA_CPP_PYTHON_VERSION,
-# default 0.3.36), fetched with `pip download` into ${CELLM_CACHE}/dl and unpacked under
-# ${CELLM_CACHE}/llamacpp-src. Nothing of it enters the repository.
+# default 0.3.36), fetched and unpacked by scripts/fetch_llamacpp_source.sh. Nothing of it enters the repository.
 #
 # CPU kernels chosen at run time, like a phone build: GGML_BACKEND_DL=ON with GGML_CPU_ALL_VARIANTS=ON builds
 # the CPU backend once per feature level as libggml-cpu-<variant>.so beside the program, and ggml loads the
@@ -22,11 +21,8 @@
 # OpenMP is off (ggml's own thread pool); the measurement runs one thread, so there are no worker threads.
 set -euo pipefail
 
-version="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 cache="${CELLM_CACHE:-$HOME/.cache/cellm}"
 jobs="${JOBS:-2}"
-sdist="$cache/dl/llama_cpp_python-$version.tar.gz"
-src="$cache/llamacpp-src/llama_cpp_python-$version/vendor/llama.cpp"
 arm_build="$cache/llamacpp-arm64"
 x86_build="$cache/llamacpp-x86"
 
@@ -35,15 +31,7 @@ launcher=()
 command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 
 # --- source ---------------------------------------------------------------------------------------------
-if [[ ! -f "$src/CMakeLists.txt" ]]; then
-  if [[ ! -f "$sdist" ]]; then
-    log "downloading the llama-cpp-python $version sdist (about 75 MB, once)"
-    mkdir -p "$cache/dl"
-    python3 -m pip download --quiet --no-deps --no-binary :all: --dest "$cache/dl" "llama-cpp-python==$version" >&2
-  fi
-  mkdir -p "$cache/llamacpp-src"
-  tar -xzf "$sdist" --no-same-owner -C "$cache/llamacpp-src" "llama_cpp_python-$version/vendor/llama.cpp"
-fi
+src="$("$(dirname "$0")/../fetch_llamacpp_source.sh")"
 
 # Android's CPU variant list on Linux too (see the header). Idempotent: the marker option is added once.
 cmake_ggml="$src/ggml/src/CMakeLists.txt"

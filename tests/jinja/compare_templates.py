@@ -4,7 +4,7 @@ up, and with cellm's interpreter (jinja_render), and compares the two byte for b
 "correct" for host/jinja.
 
 The templates are llama.cpp's models/templates/ from the llama-cpp-python 0.3.36 source distribution, found in or
-fetched into ${CELLM_CACHE:-~/.cache/cellm} as scripts/arm64/build_llamacpp.sh does (never committed).
+fetched into ${CELLM_CACHE:-~/.cache/cellm} by scripts/fetch_llamacpp_source.sh (never committed).
 
 A template counts as identical when every conversation renders to the same bytes, or fails in both (jinja2
 raising, e.g. a template that refuses a system role, and cellm raising TemplateError). Fails when a template
@@ -168,21 +168,11 @@ def jinja2_environment():
 
 
 def find_templates():
-    cache = os.environ.get("CELLM_CACHE", os.path.expanduser("~/.cache/cellm"))
-    top = f"llama_cpp_python-{LLAMA_CPP_PYTHON}"
-    folder = f"{top}/vendor/llama.cpp/models/templates"
-    path = os.path.join(cache, "llamacpp-src", folder)
-    if os.path.isdir(path):
-        return path
-    sdist = os.path.join(cache, "dl", f"{top}.tar.gz")
-    if not os.path.exists(sdist):
-        os.makedirs(os.path.dirname(sdist), exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        "--dest", os.path.dirname(sdist), f"llama-cpp-python=={LLAMA_CPP_PYTHON}"], check=True)
-    os.makedirs(os.path.join(cache, "llamacpp-src"), exist_ok=True)
-    subprocess.run(["tar", "-xzf", sdist, "--no-same-owner", "-C", os.path.join(cache, "llamacpp-src"), folder],
-                   check=True)
-    return path
+    """llama.cpp's models/templates, from the sources scripts/fetch_llamacpp_source.sh fetches (once) and names."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../scripts/fetch_llamacpp_source.sh")
+    env = dict(os.environ, LLAMA_CPP_PYTHON_VERSION=LLAMA_CPP_PYTHON)
+    source = subprocess.run([script], check=True, capture_output=True, text=True, env=env).stdout.strip()
+    return os.path.join(source, "models/templates")
 
 
 def first_difference(a, b):

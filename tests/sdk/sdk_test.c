@@ -821,8 +821,9 @@ static void case_model_only(void) {
     CHECK(engine == NULL, "a failed cellm_engine_open left *engine non-NULL");
 }
 
-static void case_real_model(void) {
-    char model[4096];
+/* SmolLM2-135M from scripts/fetch_models.sh's folder; the case is skipped without it. */
+static const char* real_model_path(void) {
+    static char model[4096];
     const char* models = getenv("CELLM_MODELS");
     const char* home = getenv("HOME");
     if (models != NULL) {
@@ -834,13 +835,23 @@ static void case_real_model(void) {
         printf("SKIP: %s is missing (scripts/fetch_models.sh fetches it)\n", model);
         exit(EXIT_SKIP);
     }
+    return model;
+}
+
+static cellm_engine* open_real_engine(void) {
     cellm_engine_options options;
     cellm_engine_options_init(&options);
     options.manifest_path = cfg.manifest;
-    options.model_path = model;
+    options.model_path = real_model_path();
     cellm_engine* engine = NULL;
     OK(cellm_engine_open(&options, &engine));
     CHECK(strcmp(engine_info(engine).backend, "openblas") == 0, "backend %s", engine_info(engine).backend);
+    return engine;
+}
+
+static void case_real_model(void) {
+    cellm_engine* engine = open_real_engine();
+    const char* model = real_model_path();
     compare_with_host(engine, cfg.manifest, model, "What is the capital of France?", FORM_CHAT, 24);
     compare_with_host(engine, cfg.manifest, model, "The capital of France is", FORM_TEXT, 16);
     compare_with_host(engine, cfg.manifest, model, "The capital of France is", FORM_TOKENS, 16);
@@ -1461,6 +1472,117 @@ static void case_bias_logprobs(void) {
     cellm_engine_close(engine);
 }
 
+/* ---- Tools ----------------------------------------------------------------------------------------------- */
+
+static const char* const weather_tools =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"The weather in a city\","
+    " \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 8}},"
+    " \"required\": [\"city\"], \"additionalProperties\": false}}}]";
+
+/* Two turns of a tool conversation on SmolLM2-135M: a required call, streamed as TOOL_CALL events that
+ * reassemble to cellm_session_get_tool_calls' call; then the call and its result in the history and an answer
+ * without tools. SmolLM2's template knows no tools: cellm's prompt for the family offers them. */
+static void case_tools(void) {
+    cellm_engine* engine = open_real_engine();
+    cellm_session_options options = greedy_options(engine, 48);
+    CHECK(options.parallel_tool_calls == 1, "parallel_tool_calls defaults to %d", options.parallel_tool_calls);
+    options.tools = weather_tools;
+    options.tool_choice = "required";
+    options.parallel_tool_calls = 0;
+    cellm_session* session = new_session(engine, &options);
+    OK(cellm_session_submit_chat_json(session, "[{\"role\": \"user\", \"content\": \"weather in Oslo?\"}]"));
+
+    char name[64] = "", id[64] = "", arguments[512] = "";
+    int calls = 0, announced = 0;
+    cellm_finish_reason reason = CELLM_FINISH_NONE;
+    for (;;) {
+        cellm_event event;
+        event.struct_size = sizeof event;
+        OK(cellm_session_poll(session, 60000, &event));
+        if (event.kind == CELLM_EVENT_DONE) {
+            reason = event.finish_reason;
+            break;
+        }
+        if (event.kind != CELLM_EVENT_TOOL_CALL) continue;
+        REQUIRE(event.tool_call_index == 0 && event.tool_name != NULL && event.tool_call_id != NULL,
+                "a tool call event of call %d", event.tool_call_index);
+        if (event.text_len == 0) {
+            ++announced;
+            snprintf(name, sizeof name, "%s", event.tool_name);
+            snprintf(id, sizeof id, "%s", event.tool_call_id);
+        } else {
+            const size_t used = strlen(arguments);
+            REQUIRE(announced == 1 && used + event.text_len < sizeof arguments, "arguments before the name");
+            memcpy(arguments + used, event.text, event.text_len);
+            arguments[used + event.text_len] = '\0';
+        }
+        ++calls;
+    }
+    CHECK(reason == CELLM_FINISH_TOOL_CALLS, "finish reason %s", cellm_finish_reason_name(reason));
+    CHECK(strcmp(cellm_finish_reason_name(reason), "tool_calls") == 0, "named %s", cellm_finish_reason_name(reason));
+    CHECK(announced == 1 && strcmp(name, "get_weather") == 0, "%d calls announced, name '%s'", announced, name);
+    CHECK(strncmp(arguments, "{", 1) == 0 && strstr(arguments, "\"city\"") != NULL, "arguments %s", arguments);
+    const char* json = NULL;
+    size_t length = 0;
+    OK(cellm_session_get_tool_calls(session, &json, &length));
+    char expected[1024];
+    snprintf(expected, sizeof expected, "\"id\":\"%s\"", id);
+    CHECK(strstr(json, expected) != NULL && strstr(json, "\"name\":\"get_weather\"") != NULL, "calls %s", json);
+    CHECK(strlen(json) == length, "length %zu of %s", length, json);
+    CHECK(session_stats(session).finish_reason == CELLM_FINISH_TOOL_CALLS, "stats finish reason");
+    size_t text_length = 0;
+    free(session_text(session, &text_length));
+    CHECK(text_length == 0, "a required call leaves no text, got %zu bytes", text_length);
+
+    /* Turn 2: the call and its result in the history; tool_choice none answers in text. */
+    char history[2048];
+    char quoted[1024];
+    size_t q = 0;
+    for (const char* c = arguments; *c != '\0' && q + 3 < sizeof quoted; ++c) {
+        if (*c == '"' || *c == '\\') quoted[q++] = '\\';
+        quoted[q++] = *c;
+    }
+    quoted[q] = '\0';
+    snprintf(history, sizeof history,
+             "[{\"role\": \"user\", \"content\": \"weather in Oslo?\"},"
+             " {\"role\": \"assistant\", \"content\": null, \"tool_calls\": [{\"id\": \"%s\", \"type\": \"function\","
+             " \"function\": {\"name\": \"get_weather\", \"arguments\": \"%s\"}}]},"
+             " {\"role\": \"tool\", \"tool_call_id\": \"%s\", \"content\": \"{\\\"celsius\\\": 4}\"}]",
+             id, quoted, id);
+    options.tool_choice = "none";
+    options.max_tokens = 8;
+    OK(cellm_session_configure(session, &options));
+    OK(cellm_session_submit_chat_json(session, history));
+    reason = poll_until_done(session);
+    CHECK(reason == CELLM_FINISH_EOG || reason == CELLM_FINISH_LENGTH, "turn 2 ended %s", cellm_finish_reason_name(reason));
+    OK(cellm_session_get_tool_calls(session, &json, &length));
+    CHECK(strcmp(json, "[]") == 0, "no calls in turn 2: %s", json);
+    const cellm_session_stats second = session_stats(session);
+    CHECK(second.cached_tokens > 0, "turn 2 reuses turn 1's prompt: %d cached", second.cached_tokens);
+
+    /* Bad input: each one error naming its field. */
+    EXPECT_ERROR(cellm_session_submit_chat_json(session, "[{\"role\": \"tool\", \"tool_call_id\": \"x\", \"content\": \"1\"}]"),
+                 CELLM_E_INVALID_ARGUMENT, "messages[0].tool_call_id");
+    EXPECT_ERROR(cellm_session_submit_chat_json(session, "{\"role\": \"user\"}"), CELLM_E_INVALID_ARGUMENT, "messages");
+    EXPECT_ERROR(cellm_session_submit_chat_json(session, "[{\"role\": \"robot\", \"content\": \"1\"}]"),
+                 CELLM_E_INVALID_ARGUMENT, "messages[0].role");
+    cellm_session_destroy(session);
+    options.tool_choice = "launch_rocket";
+    cellm_session* refused = NULL;
+    EXPECT_ERROR(cellm_session_create(engine, &options, &refused), CELLM_E_INVALID_ARGUMENT, "tool_choice");
+    options.tool_choice = NULL;
+    options.tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": 3}}]";
+    EXPECT_ERROR(cellm_session_create(engine, &options, &refused), CELLM_E_INVALID_ARGUMENT,
+                 "tools[0].function.parameters");
+    options.tools = "[{";
+    EXPECT_ERROR(cellm_session_create(engine, &options, &refused), CELLM_E_INVALID_ARGUMENT, "tools");
+    options.tools = weather_tools;
+    options.json_schema = "{\"type\": \"object\"}";
+    EXPECT_ERROR(cellm_session_create(engine, &options, &refused), CELLM_E_INVALID_ARGUMENT, "json_schema");
+    CHECK(refused == NULL, "a refused create leaves no session");
+    cellm_engine_close(engine);
+}
+
 /* ---- Driver ---------------------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1472,7 +1594,7 @@ static const struct {
     {"greedy_chat", case_greedy_chat, 1}, {"streaming", case_streaming, 1}, {"concurrent", case_concurrent, 1},
     {"cancel", case_cancel, 1},           {"fork", case_fork, 1},           {"closed", case_closed, 1},
     {"real_model", case_real_model, 0},   {"images", case_images, 1},       {"model_only", case_model_only, 1},
-    {"bias_logprobs", case_bias_logprobs, 1},
+    {"bias_logprobs", case_bias_logprobs, 1}, {"tools", case_tools, 0},
 };
 
 int main(int argc, char** argv) {

@@ -28,9 +28,9 @@ class Server:
     """One cellm-host serve process. stderr is drained by a thread (kept for failure messages) so the server
     never blocks on a full pipe."""
 
-    def __init__(self, binary, model, extra_args=(), backend="openblas", manifest=MANIFEST):
+    def __init__(self, binary, model, extra_args=(), backend="openblas", manifest=MANIFEST, context=CONTEXT):
         self.args = [binary, "serve", "--manifest", str(manifest), "--model", str(model), "--backend", backend,
-                     "--threads", "2", "--context", str(CONTEXT), "--max-sessions", str(MAX_SESSIONS),
+                     "--threads", "2", "--context", str(context), "--max-sessions", str(MAX_SESSIONS),
                      "--host", "127.0.0.1", "--port", "0", *extra_args]
         # CELLM_API_KEY would stand in for --api-key; the server dies with the tests (PR_SET_PDEATHSIG) even if
         # they are killed before teardown.

@@ -39,9 +39,11 @@ FINISH_LENGTH = 3
 FINISH_CONTEXT = 4
 FINISH_CANCELLED = 5
 FINISH_ERROR = 6
+FINISH_TOOL_CALLS = 7
 
 EVENT_TEXT = 1
 EVENT_DONE = 2
+EVENT_TOOL_CALL = 3
 
 # ---- Structs --------------------------------------------------------------------------------------------------
 
@@ -106,6 +108,10 @@ class cellm_event(ctypes.Structure):
         ("text_len", ctypes.c_size_t),
         ("generated_tokens", ctypes.c_int32),
         ("finish_reason", ctypes.c_int),  # cellm_finish_reason
+        # Since 1.5.
+        ("tool_call_index", ctypes.c_int32),
+        ("tool_call_id", ctypes.c_char_p),
+        ("tool_name", ctypes.c_char_p),
     ]
 
 
@@ -140,6 +146,10 @@ class cellm_session_options(ctypes.Structure):
         ("n_logit_bias", ctypes.c_size_t),
         ("logprobs", ctypes.c_int32),
         ("top_logprobs", ctypes.c_int32),
+        # Since 1.5.
+        ("tools", ctypes.c_char_p),
+        ("tool_choice", ctypes.c_char_p),
+        ("parallel_tool_calls", ctypes.c_int32),
     ]
 
 
@@ -205,6 +215,7 @@ _PROTOTYPES = {
     "cellm_session_fork": (_result, [_handle, _p(_handle)]),
     "cellm_session_submit_text": (_result, [_handle, ctypes.c_char_p]),
     "cellm_session_submit_chat": (_result, [_handle, _p(cellm_message), ctypes.c_size_t]),
+    "cellm_session_submit_chat_json": (_result, [_handle, ctypes.c_char_p]),
     "cellm_session_submit_tokens": (_result, [_handle, _p(ctypes.c_int32), ctypes.c_size_t]),
     "cellm_session_submit_text_images": (_result, [_handle, ctypes.c_char_p, _p(cellm_image), ctypes.c_size_t]),
     "cellm_session_submit_chat_images": (
@@ -216,6 +227,7 @@ _PROTOTYPES = {
     "cellm_session_cancel": (_result, [_handle]),
     "cellm_session_get_stats": (_result, [_handle, _p(cellm_session_stats)]),
     "cellm_session_get_text": (_result, [_handle, _p(ctypes.c_void_p), _p(ctypes.c_size_t)]),
+    "cellm_session_get_tool_calls": (_result, [_handle, _p(ctypes.c_void_p), _p(ctypes.c_size_t)]),
     "cellm_session_get_tokens": (_result, [_handle, _p(_p(ctypes.c_int32)), _p(ctypes.c_size_t)]),
     "cellm_session_get_logprobs": (
         _result,
