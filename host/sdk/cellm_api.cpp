@@ -660,12 +660,25 @@ std::vector<cellm::ChatMessage> conversation_json(const char* text) {
         if (!m.is_object()) throw ArgumentError(at + ": must be an object");
         cellm::ChatMessage message;
         message.role = string_field(m, "role", at, true);
+        if (message.role == "developer") message.role = "system";  // OpenAI's newer name for it
         if (message.role != "system" && message.role != "user" && message.role != "assistant" && message.role != "tool") {
             throw ArgumentError(at + ".role: '" + message.role + "' (expected system, user, assistant or tool)");
         }
         const auto calls = m.find("tool_calls");
         const bool has_calls = calls != m.end() && !calls->is_null();
-        message.content = string_field(m, "content", at, !(message.role == "assistant" && has_calls));
+        if (const auto parts = m.find("content"); parts != m.end() && parts->is_array()) {
+            // Text parts, joined by newlines as the server joins them.
+            for (size_t p = 0; p < parts->size(); ++p) {
+                const std::string where = at + ".content[" + std::to_string(p) + "]";
+                const Json& part = (*parts)[p];
+                if (!part.is_object() || part.value("type", std::string()) != "text") {
+                    throw ArgumentError(where + ": only {\"type\": \"text\", \"text\"} parts are taken here");
+                }
+                message.content += (p ? "\n" : "") + string_field(part, "text", where, true);
+            }
+        } else {
+            message.content = string_field(m, "content", at, !(message.role == "assistant" && has_calls));
+        }
         if (has_calls) {
             if (message.role != "assistant") throw ArgumentError(at + ".tool_calls: only assistant messages make calls");
             if (!calls->is_array()) throw ArgumentError(at + ".tool_calls: must be an array");

@@ -206,8 +206,8 @@ typedef struct cellm_event {
     cellm_finish_reason finish_reason; /* DONE only */
     /* Since 1.5 (filled when struct_size covers them). TOOL_CALL: the answer's index-th call; its first event
      * has text "" and announces the call, the next ones carry pieces of its arguments' JSON text in `text`, in
-     * order (their concatenation is the call's arguments). Id and name are set on every event of the call;
-     * owned like `text`. Other kinds: -1 and NULL. */
+     * order (their concatenation is the call's arguments; each piece complete UTF-8 characters). Id and name
+     * are set on every event of the call; owned like `text`. Other kinds: -1 and NULL. */
     int32_t tool_call_index;
     const char* tool_call_id;
     const char* tool_name;
@@ -265,7 +265,8 @@ typedef struct cellm_session_options {
      * grammar-constrained, so they always parse and their arguments fit the function's schema; with "auto" a
      * call is constrained from its opening marker on. CELLM_E_INVALID_ARGUMENT naming the field ("tools[1].
      * function.parameters: ...") for a malformed tool and when the model's family has no call format cellm knows.
-     * Not together with grammar or json_schema. */
+     * Not together with grammar or json_schema. The chat submits render the tools; with submit_text or
+     * submit_tokens the prompt is the caller's, and calls are still constrained and parsed as the choice says. */
     const char* tools;
     const char* tool_choice;      /* NULL or "auto" (with tools), "none", "required", or OpenAI's JSON object
                                      {"type": "function", "function": {"name": ...}}; copied */
@@ -311,8 +312,9 @@ typedef struct cellm_message {
 CELLM_API cellm_result cellm_session_submit_chat(cellm_session* session, const cellm_message* messages, size_t n_messages);
 CELLM_API cellm_result cellm_session_submit_tokens(cellm_session* session, const int32_t* tokens, size_t n_tokens);
 
-/* Since 1.5. A conversation as OpenAI's `messages` JSON array (text, copied): roles system, user, assistant and
- * tool; content a string (or null for an assistant message with tool_calls); assistant `tool_calls` as OpenAI
+/* Since 1.5. A conversation as OpenAI's `messages` JSON array (text, copied): roles system (or developer), user,
+ * assistant and tool; content a string, an array of {"type": "text", "text"} parts (joined by newlines), or null
+ * for an assistant message with tool_calls; assistant `tool_calls` as OpenAI
  * writes them ({"id", "type": "function", "function": {"name", "arguments": JSON text}}); a tool message's
  * `tool_call_id` must name an earlier call. Rendered as cellm_session_submit_chat renders, with the session's
  * tools. CELLM_E_INVALID_ARGUMENT naming the field ("messages[3].tool_call_id: ...") for a malformed message. */

@@ -1566,6 +1566,14 @@ static void case_tools(void) {
     EXPECT_ERROR(cellm_session_submit_chat_json(session, "{\"role\": \"user\"}"), CELLM_E_INVALID_ARGUMENT, "messages");
     EXPECT_ERROR(cellm_session_submit_chat_json(session, "[{\"role\": \"robot\", \"content\": \"1\"}]"),
                  CELLM_E_INVALID_ARGUMENT, "messages[0].role");
+    EXPECT_ERROR(cellm_session_submit_chat_json(
+                     session, "[{\"role\": \"user\", \"content\": [{\"type\": \"image_url\", \"image_url\": {}}]}]"),
+                 CELLM_E_INVALID_ARGUMENT, "messages[0].content[0]");
+    /* OpenAI's developer role and text parts, as the server takes them. */
+    OK(cellm_session_submit_chat_json(session, "[{\"role\": \"developer\", \"content\": \"Be brief.\"}, {\"role\": "
+                                               "\"user\", \"content\": [{\"type\": \"text\", \"text\": \"hi\"}]}]"));
+    reason = poll_until_done(session);
+    CHECK(reason == CELLM_FINISH_EOG || reason == CELLM_FINISH_LENGTH, "parts ended %s", cellm_finish_reason_name(reason));
     cellm_session_destroy(session);
     options.tool_choice = "launch_rocket";
     cellm_session* refused = NULL;
