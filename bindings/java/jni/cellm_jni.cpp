@@ -280,14 +280,15 @@ jintArray engine_tokenize(JNIEnv* env, jclass, jlong engine, jbyteArray text, jb
 
 // Which of cellm_session_options' fields the Java side sets: the indices of CellmNative (floats, then longs).
 enum : int { temperature, top_p, min_p, repeat_penalty, frequency_penalty, presence_penalty, float_count };
-enum : int { top_k, repeat_last_n, seed, max_tokens, priority, long_count };
+enum : int { top_k, repeat_last_n, seed, max_tokens, priority, parallel_tool_calls, long_count };
 
 // cellm_session_options_init's defaults with the values Java sets. Holds the strings the options point to.
 struct SessionOptions {
     SessionOptions(JNIEnv* env, jlong engine, jbyteArray name_bytes, jint set, jfloatArray floats_array,
                    jlongArray longs_array, jobjectArray stop_arrays, jbyteArray grammar_bytes, jbyteArray schema_bytes,
-                   jintArray bias_tokens, jfloatArray bias_values)
-        : name(env, name_bytes), stop(env, stop_arrays), grammar(env, grammar_bytes), json_schema(env, schema_bytes) {
+                   jintArray bias_tokens, jfloatArray bias_values, jbyteArray tools_bytes, jbyteArray tool_choice_bytes)
+        : name(env, name_bytes), stop(env, stop_arrays), grammar(env, grammar_bytes), json_schema(env, schema_bytes),
+          tools(env, tools_bytes), tool_choice(env, tool_choice_bytes) {
         ok(env, cellm_session_options_init(engine_of(engine), &options));
         jfloat f[float_count];
         jlong l[long_count];
@@ -311,6 +312,7 @@ struct SessionOptions {
         if (has_long(seed)) options.seed = static_cast<uint64_t>(l[seed]);
         if (has_long(max_tokens)) options.max_tokens = int32(l[max_tokens]);
         if (has_long(priority)) options.priority = int32(l[priority]);
+        if (has_long(parallel_tool_calls)) options.parallel_tool_calls = l[parallel_tool_calls] != 0 ? 1 : 0;
         if (name.c_str() != nullptr) options.name = name.c_str();
         if (stop.present) {
             options.stop = stop.pointers.empty() ? nullptr : stop.pointers.data();
@@ -318,6 +320,8 @@ struct SessionOptions {
         }
         options.grammar = grammar.c_str();
         options.json_schema = json_schema.c_str();
+        options.tools = tools.c_str();
+        options.tool_choice = tool_choice.c_str();
         if (bias_tokens != nullptr && bias_values != nullptr) {
             // SamplingOptions makes both arrays from one map, so they are equally long.
             const jsize n = std::min(env->GetArrayLength(bias_tokens), env->GetArrayLength(bias_values));
@@ -338,14 +342,15 @@ struct SessionOptions {
     Utf8List stop;
     Utf8 grammar, json_schema;
     std::vector<cellm_logit_bias> bias;
+    Utf8 tools, tool_choice;
 };
 
 jlong session_create(JNIEnv* env, jclass, jlong engine, jbyteArray name, jint set, jfloatArray floats,
                      jlongArray longs, jobjectArray stop, jbyteArray grammar, jbyteArray json_schema,
-                     jintArray bias_tokens, jfloatArray bias_values) {
+                     jintArray bias_tokens, jfloatArray bias_values, jbyteArray tools, jbyteArray tool_choice) {
     return guarded<jlong>(env, 0, [&] {
         const SessionOptions o(env, engine, name, set, floats, longs, stop, grammar, json_schema, bias_tokens,
-                               bias_values);
+                               bias_values, tools, tool_choice);
         cellm_session* session = nullptr;
         ok(env, cellm_session_create(engine_of(engine), &o.options, &session));
         return handle_of(session);
@@ -354,10 +359,11 @@ jlong session_create(JNIEnv* env, jclass, jlong engine, jbyteArray name, jint se
 
 void session_configure(JNIEnv* env, jclass, jlong engine, jlong session, jbyteArray name, jint set,
                        jfloatArray floats, jlongArray longs, jobjectArray stop, jbyteArray grammar,
-                       jbyteArray json_schema, jintArray bias_tokens, jfloatArray bias_values) {
+                       jbyteArray json_schema, jintArray bias_tokens, jfloatArray bias_values, jbyteArray tools,
+                       jbyteArray tool_choice) {
     guarded_void(env, [&] {
         const SessionOptions o(env, engine, name, set, floats, longs, stop, grammar, json_schema, bias_tokens,
-                               bias_values);
+                               bias_values, tools, tool_choice);
         ok(env, cellm_session_configure(session_of(session), &o.options));
     });
 }
@@ -408,7 +414,15 @@ void session_submit_tokens(JNIEnv* env, jclass, jlong session, jintArray tokens)
     });
 }
 
-jbyteArray session_poll(JNIEnv* env, jclass, jlong session, jint timeout_ms, jintArray out) {
+void session_submit_chat_json(JNIEnv* env, jclass, jlong session, jbyteArray messages_json) {
+    guarded_void(env, [&] {
+        const Utf8 json(env, messages_json);
+        ok(env, cellm_session_submit_chat_json(session_of(session), json.c_str()));
+    });
+}
+
+// The strings of a TOOL_CALL event are copied here: the next poll ends their life.
+jbyteArray session_poll(JNIEnv* env, jclass, jlong session, jint timeout_ms, jintArray out, jobjectArray tool_call) {
     return guarded<jbyteArray>(env, nullptr, [&]() -> jbyteArray {
         cellm_event event;
         std::memset(&event, 0, sizeof event);
@@ -416,10 +430,19 @@ jbyteArray session_poll(JNIEnv* env, jclass, jlong session, jint timeout_ms, jin
         const cellm_result result = cellm_session_poll(session_of(session), timeout_ms, &event);
         if (result == CELLM_E_TIMEOUT) return nullptr;
         ok(env, result);
-        const jint fields[3] = {static_cast<jint>(event.kind), event.generated_tokens,
-                                static_cast<jint>(event.finish_reason)};
-        env->SetIntArrayRegion(out, 0, 3, fields);
+        const jint fields[4] = {static_cast<jint>(event.kind), event.generated_tokens,
+                                static_cast<jint>(event.finish_reason), event.tool_call_index};
+        env->SetIntArrayRegion(out, 0, 4, fields);
         check(env);
+        if (event.kind == CELLM_EVENT_TOOL_CALL && tool_call != nullptr) {
+            const char* strings[2] = {event.tool_call_id, event.tool_name};
+            for (jsize i = 0; i < 2; ++i) {
+                jbyteArray bytes = new_bytes(env, strings[i]);
+                env->SetObjectArrayElement(tool_call, i, bytes);
+                check(env);
+                env->DeleteLocalRef(bytes);
+            }
+        }
         return new_bytes(env, event.text, event.text == nullptr ? 0 : event.text_len);
     });
 }
@@ -462,6 +485,15 @@ jbyteArray session_text(JNIEnv* env, jclass, jlong session) {
     });
 }
 
+jbyteArray session_tool_calls(JNIEnv* env, jclass, jlong session) {
+    return guarded<jbyteArray>(env, nullptr, [&] {
+        const char* json = nullptr;
+        size_t length = 0;
+        ok(env, cellm_session_get_tool_calls(session_of(session), &json, &length));
+        return new_bytes(env, json, json == nullptr ? 0 : length);
+    });
+}
+
 jintArray session_tokens(JNIEnv* env, jclass, jlong session) {
     return guarded<jintArray>(env, nullptr, [&] {
         const int32_t* tokens = nullptr;
@@ -490,18 +522,20 @@ const JNINativeMethod methods[] = {
     {const_cast<char*>("engineInfo"), const_cast<char*>("(J[J)[[B"), fn(engine_info)},
     {const_cast<char*>("engineStats"), const_cast<char*>("(J[J)V"), fn(engine_stats)},
     {const_cast<char*>("engineTokenize"), const_cast<char*>("(J[BZ)[I"), fn(engine_tokenize)},
-    {const_cast<char*>("sessionCreate"), const_cast<char*>("(J[BI[F[J[[B[B[B[I[F)J"), fn(session_create)},
-    {const_cast<char*>("sessionConfigure"), const_cast<char*>("(JJ[BI[F[J[[B[B[B[I[F)V"),
+    {const_cast<char*>("sessionCreate"), const_cast<char*>("(J[BI[F[J[[B[B[B[I[F[B[B)J"), fn(session_create)},
+    {const_cast<char*>("sessionConfigure"), const_cast<char*>("(JJ[BI[F[J[[B[B[B[I[F[B[B)V"),
      fn(session_configure)},
     {const_cast<char*>("sessionFork"), const_cast<char*>("(J)J"), fn(session_fork)},
     {const_cast<char*>("sessionSubmitText"), const_cast<char*>("(J[B[[B)V"), fn(session_submit_text)},
     {const_cast<char*>("sessionSubmitChat"), const_cast<char*>("(J[[B[[B[[B)V"), fn(session_submit_chat)},
     {const_cast<char*>("sessionSubmitTokens"), const_cast<char*>("(J[I)V"), fn(session_submit_tokens)},
-    {const_cast<char*>("sessionPoll"), const_cast<char*>("(JI[I)[B"), fn(session_poll)},
+    {const_cast<char*>("sessionSubmitChatJson"), const_cast<char*>("(J[B)V"), fn(session_submit_chat_json)},
+    {const_cast<char*>("sessionPoll"), const_cast<char*>("(JI[I[[B)[B"), fn(session_poll)},
     {const_cast<char*>("sessionWait"), const_cast<char*>("(JI)Z"), fn(session_wait)},
     {const_cast<char*>("sessionCancel"), const_cast<char*>("(J)V"), fn(session_cancel)},
     {const_cast<char*>("sessionStats"), const_cast<char*>("(J[I[D)[B"), fn(session_stats)},
     {const_cast<char*>("sessionText"), const_cast<char*>("(J)[B"), fn(session_text)},
+    {const_cast<char*>("sessionToolCalls"), const_cast<char*>("(J)[B"), fn(session_tool_calls)},
     {const_cast<char*>("sessionTokens"), const_cast<char*>("(J)[I"), fn(session_tokens)},
     {const_cast<char*>("sessionDestroy"), const_cast<char*>("(J)V"), fn(session_destroy)},
 };

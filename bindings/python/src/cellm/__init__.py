@@ -14,12 +14,13 @@ from ._capi import library_path, version
 from .engine import Engine, EngineInfo, EngineStats
 from .errors import (BusyError, CellmError, CellmTimeoutError, ClosedError, GenerationError, GrammarError,
                      InternalError, InvalidArgumentError, LoadError, ManifestError, PromptError, TooLongError)
-from .session import Session, SessionStats
+from .session import Session, SessionStats, ToolCallDelta
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Engine", "EngineInfo", "EngineStats", "Session", "SessionStats", "CellmError", "InvalidArgumentError",
-    "ManifestError", "LoadError", "PromptError", "BusyError", "ClosedError", "CellmTimeoutError", "InternalError",
-    "TooLongError", "GrammarError", "GenerationError", "library_path", "version",
+    "Engine", "EngineInfo", "EngineStats", "Session", "SessionStats", "ToolCallDelta", "CellmError",
+    "InvalidArgumentError", "ManifestError", "LoadError", "PromptError", "BusyError", "ClosedError",
+    "CellmTimeoutError", "InternalError", "TooLongError", "GrammarError", "GenerationError", "library_path",
+    "version",
 ]

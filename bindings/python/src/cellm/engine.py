@@ -138,22 +138,27 @@ class Engine:
     def session(self, **sampling: Any) -> Session:
         """A new idle Session. Sampling keywords (llama-cpp-python's names): temperature (0: greedy), top_k, top_p,
         min_p, repeat_penalty, frequency_penalty, presence_penalty, seed, max_tokens (<= 0: until the context is
-        full), stop (a str or a list); and cellm's repeat_last_n, priority, name. Unnamed ones take the engine's
-        defaults (the manifest's [sampling], or the model's own)."""
+        full), stop (a str or a list); and cellm's repeat_last_n, priority, name. Constraints: json_schema, grammar,
+        logit_bias. Function tools: tools (OpenAI's list), tool_choice ("auto", "none", "required", a name or
+        OpenAI's object), parallel_tool_calls. Unnamed ones take the engine's defaults (the manifest's
+        [sampling], or the model's own)."""
         with self._lock:
             handle = self._require()
             options, _keep = session_options(handle, self.info.context_length, sampling)
             out = ctypes.c_void_p()
             check(_capi.lib().cellm_session_create(handle, ctypes.byref(options), ctypes.byref(out)))
-            return Session(self, out.value, self.info.context_length)
+            return Session(self, out.value, self.info.context_length, options.tools is not None)
 
     # -- OpenAI / llama-cpp-python shapes (completions.py) --
 
     def create_chat_completion(self, messages: list[dict[str, Any]], stream: bool = False, *,
-                               images: list[Any] | None = None, model: str | None = None,
-                               **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
+                               tools: list[dict[str, Any]] | None = None, tool_choice: str | dict | None = None,
+                               parallel_tool_calls: bool = True, images: list[Any] | None = None,
+                               model: str | None = None, **kwargs: Any) -> dict[str, Any] | Iterator[dict[str, Any]]:
         """An OpenAI chat completion (a dict), or with stream=True an iterator of chat.completion.chunk dicts;
-        closing the iterator early cancels the turn. Keywords as Engine.session."""
+        closing the iterator early cancels the turn. Keywords as Engine.session; with tools=, the answer's calls
+        are message.tool_calls (delta.tool_calls when streaming) and finish_reason "tool_calls"."""
+        kwargs.update(tools=tools, tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls)
         return completions.chat(self, messages, stream, images, model, kwargs)
 
     def create_completion(self, prompt: str | list[int], stream: bool = False, *, images: list[Any] | None = None,

@@ -9,6 +9,7 @@ between two of them.
 from __future__ import annotations
 
 import base64
+import codecs
 import ctypes
 import json
 import os
@@ -24,17 +25,19 @@ from .errors import CellmTimeoutError, GenerationError, check, closed
 _WAIT_SLICE_MS = 100
 
 # The sampling keywords a session takes: llama-cpp-python's names, and cellm's repeat_last_n, priority and name;
-# and the constraints: grammar (GBNF text), json_schema (a dict or JSON text), logit_bias ({token id: bias}).
+# the constraints: grammar (GBNF text), json_schema (a dict or JSON text), logit_bias ({token id: bias}); and
+# function tools: tools (OpenAI's list, or JSON text), tool_choice, parallel_tool_calls.
 SAMPLING_KEYS = frozenset(
     {"temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n", "frequency_penalty",
-     "presence_penalty", "seed", "max_tokens", "stop", "priority", "name", "grammar", "json_schema", "logit_bias"}
+     "presence_penalty", "seed", "max_tokens", "stop", "priority", "name", "grammar", "json_schema", "logit_bias",
+     "tools", "tool_choice", "parallel_tool_calls"}
 )
 
 
 @dataclass(frozen=True)
 class SessionStats:
     """cellm_session_stats: the current or last turn. finish_reason is "" while none has ended, else one of "eog",
-    "stop", "length", "context", "cancelled", "error"."""
+    "stop", "length", "context", "cancelled", "error", "tool_calls"."""
 
     busy: bool
     prompt_tokens: int
@@ -48,6 +51,18 @@ class SessionStats:
     error: str
 
 
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a function call as Session.events() streams it (CELLM_EVENT_TOOL_CALL): the answer's index-th
+    call, its id and function name. The first delta of a call announces it with arguments ""; the next ones carry
+    pieces of its arguments' JSON text, which join to the call's "arguments" in Session.tool_calls."""
+
+    index: int
+    id: str
+    name: str
+    arguments: str
+
+
 def finish_reason_name(reason: int) -> str:
     return _capi.lib().cellm_finish_reason_name(reason).decode()
 
@@ -59,7 +74,7 @@ def session_options(engine_handle: int, context_length: int, sampling: dict[str,
     if unknown:
         raise TypeError(f"unknown sampling keyword(s): {', '.join(sorted(unknown))}")
     options = _capi.cellm_session_options()
-    # Sized: the library fills exactly the struct declared here (1.4's), whatever its own version.
+    # Sized: the library fills exactly the struct declared here (1.5's), whatever its own version.
     check(_capi.lib().cellm_session_options_init_size(engine_handle, ctypes.byref(options), ctypes.sizeof(options)))
     keep: list[Any] = []
     for key in ("temperature", "top_p", "min_p", "repeat_penalty", "frequency_penalty", "presence_penalty"):
@@ -100,6 +115,26 @@ def session_options(engine_handle: int, context_length: int, sampling: dict[str,
         keep.append(entries)
         options.logit_bias = ctypes.cast(entries, ctypes.c_void_p)
         options.n_logit_bias = len(bias)
+    # Function tools (cellm.h 1.5), checked by the library in cellm_session_create/configure: a malformed tool or
+    # tool_choice raises InvalidArgumentError naming the field ("tools[0].function.parameters: ...").
+    tools = sampling.get("tools")
+    if tools is not None and not isinstance(tools, str):
+        if not isinstance(tools, (list, tuple)):
+            raise TypeError("tools is OpenAI's list of {'type': 'function', 'function': {...}} (or its JSON text)")
+        tools = json.dumps(list(tools)) if tools else None  # []: no tools, as llama-cpp-python reads it
+    choice = sampling.get("tool_choice")
+    if choice is not None and not isinstance(choice, str):
+        if not isinstance(choice, dict):
+            raise TypeError('tool_choice is "auto", "none", "required", a function\'s name or OpenAI\'s '
+                            '{"type": "function", "function": {"name": ...}}')
+        choice = json.dumps(choice)
+    for key, value in (("tools", tools), ("tool_choice", choice)):
+        if value is not None:
+            text = value.encode()
+            keep.append(text)
+            setattr(options, key, text)
+    if sampling.get("parallel_tool_calls") is not None:
+        options.parallel_tool_calls = int(bool(sampling["parallel_tool_calls"]))
     if sampling.get("name") is not None:
         name = str(sampling["name"]).encode()
         keep.append(name)
@@ -151,6 +186,27 @@ def _message_content(content: Any, images: list[bytes]) -> str:
     return "".join(text)
 
 
+def _needs_json(messages: Sequence[dict[str, Any]]) -> bool:
+    """Whether chat messages need cellm_session_submit_chat_json: a tool result, or an assistant's calls."""
+    return any(m.get("role") == "tool" or m.get("tool_calls") for m in messages)
+
+
+def _json_messages(messages: Sequence[dict[str, Any]]) -> bytes:
+    """OpenAI messages as the JSON text cellm_session_submit_chat_json reads: content parts joined into text (it
+    takes a string, or null beside tool_calls), every other field as given (tool_calls, tool_call_id, ...)."""
+    out = []
+    for m in messages:
+        message = dict(m)
+        if message.get("content") is not None:
+            images: list[bytes] = []
+            message["content"] = _message_content(message["content"], images)
+            if images:
+                raise ValueError("images cannot go with tools or tool messages (libcellm has no "
+                                 "cellm_session_submit_chat_json with images)")
+        out.append(message)
+    return json.dumps(out, ensure_ascii=False).encode()
+
+
 def _prompt_form(prompt: Any) -> str:
     if isinstance(prompt, str):
         return "text"
@@ -172,10 +228,11 @@ class Session:
     the KV cache is reused. Use a session from one thread at a time; cancel() may be called from any thread.
     """
 
-    def __init__(self, engine: Any, handle: int, context_length: int):
+    def __init__(self, engine: Any, handle: int, context_length: int, tools: bool = False):
         self._engine = engine  # keeps the Engine (and its scheduler) alive as long as its sessions
         self._handle: int | None = handle
         self._context_length = context_length
+        self._tools = tools  # its settings have tools: chat prompts go through cellm_session_submit_chat_json
         self._lock = threading.RLock()  # one C call on this session at a time
         self._handle_lock = threading.Lock()  # held by close() and cancel(): the handle outlives any cancel
         self._done_reason = ""  # of the last DONE stream() read: still known after the engine closed
@@ -198,16 +255,27 @@ class Session:
             with self._engine._lock:
                 options, _keep = session_options(self._engine._require(), self._context_length, sampling)
             check(_capi.lib().cellm_session_configure(handle, ctypes.byref(options)))
+            self._tools = options.tools is not None
 
     def submit(self, prompt: Any, *, images: Sequence[Any] | None = None) -> None:
         """Starts a turn and returns at once. `prompt` is the whole conversation: a str (text as is, BOS as the
         model asks), a list of {"role", "content"} messages (rendered with the chat template) or a list of token
         ids. `images` (PNG or JPEG bytes, paths or data: URLs) go to a model that takes them, one per "<image>" in
-        the text; OpenAI image_url content parts are taken too."""
+        the text; OpenAI image_url content parts are taken too. Chat messages may carry OpenAI's tool_calls
+        (assistant) and role "tool" results; they, and every chat prompt of a session with tools, go through
+        cellm_session_submit_chat_json, which takes no images."""
         form = _prompt_form(prompt)
         pictures = [image_bytes(i) for i in images or ()]
         if form == "tokens" and pictures:
             raise ValueError("images go with a text or chat prompt, not token ids")
+        if form == "chat" and (self._tools or _needs_json(prompt)):
+            if pictures:
+                raise ValueError("images cannot go with tools or tool messages (libcellm has no "
+                                 "cellm_session_submit_chat_json with images)")
+            text = _json_messages(prompt)
+            with self._lock:
+                check(_capi.lib().cellm_session_submit_chat_json(self._require(), text))
+            return
         if form == "chat":
             part_images: list[bytes] = []
             contents = [_message_content(m.get("content"), part_images) for m in prompt]
@@ -244,27 +312,56 @@ class Session:
             self.submit(prompt, images=images)
         else:
             self._require()
-        return self._pieces(timeout)
+        return self._text(self._events(timeout))
 
-    def _pieces(self, timeout: float | None) -> Iterator[str]:
+    def events(self, prompt: Any = None, *, images: Sequence[Any] | None = None,
+               timeout: float | None = None) -> Iterator[str | ToolCallDelta]:
+        """As stream(), with the function calls of a session with tools too: text pieces (str, joining to
+        Session.text, the answer without the calls' markup) and ToolCallDelta pieces, in the order generated."""
+        if prompt is not None:
+            self.submit(prompt, images=images)
+        else:
+            self._require()
+        return self._events(timeout)
+
+    @staticmethod
+    def _text(events: Iterator[str | ToolCallDelta]) -> Iterator[str]:
+        try:
+            for piece in events:
+                if isinstance(piece, str):
+                    yield piece
+        finally:
+            events.close()  # at once: an abandoned stream cancels its turn when it is closed
+
+    def _events(self, timeout: float | None) -> Iterator[str | ToolCallDelta]:
         # Each TEXT event is whole UTF-8 characters (libcellm writes what a model generates that is not UTF-8 as
-        # U+FFFD), so the pieces decode one by one and join to Session.text.
+        # U+FFFD), so the pieces decode one by one and join to Session.text. cellm.h promises no such thing for a
+        # call's argument pieces: each call gets its own incremental decoder.
         ended = False
+        decoders: dict[int, Any] = {}
         try:
             while True:
-                kind, data, reason = self._next_event(timeout)
+                kind, data, reason, call = self._next_event(timeout)
                 if kind == _capi.EVENT_DONE:
                     ended = True
                     self._done_reason = finish_reason_name(reason)
                     self._raise_if_failed(reason)
                     return
-                if data:
+                if kind == _capi.EVENT_TOOL_CALL and call is not None:
+                    index, ident, name = call
+                    if index not in decoders:
+                        decoders[index] = codecs.getincrementaldecoder("utf-8")("replace")
+                        yield ToolCallDelta(index, ident, name, "")
+                    arguments = decoders[index].decode(data) if data else ""
+                    if arguments:
+                        yield ToolCallDelta(index, ident, name, arguments)
+                elif kind == _capi.EVENT_TEXT and data:
                     yield data.decode("utf-8")
         finally:
             if not ended:
                 self._cancel_and_drain()
 
-    def _next_event(self, timeout: float | None) -> tuple[int, bytes, int]:
+    def _next_event(self, timeout: float | None) -> tuple[int, bytes, int, tuple[int, str, str] | None]:
         deadline = None if timeout is None else time.monotonic() + timeout
         lib = _capi.lib()
         event = _capi.cellm_event()
@@ -276,7 +373,11 @@ class Session:
                 if result == _capi.SUCCESS:
                     # Copied before the lock goes: the next poll ends the text's life.
                     data = ctypes.string_at(event.text, event.text_len) if event.text_len else b""
-                    return event.kind, data, event.finish_reason
+                    call = None
+                    if event.kind == _capi.EVENT_TOOL_CALL:
+                        call = (event.tool_call_index, (event.tool_call_id or b"").decode("utf-8", "replace"),
+                                (event.tool_name or b"").decode("utf-8", "replace"))
+                    return event.kind, data, event.finish_reason, call
             if result == _capi.E_CLOSED and self._turn_ended_by_close():
                 continue  # its DONE is queued now
             if result != _capi.E_TIMEOUT:
@@ -308,7 +409,8 @@ class Session:
 
     def wait(self, timeout: float | None = None) -> str:
         """Waits until the running turn ends (at once when idle) and returns its finish reason ("eog", "stop",
-        "length", "context", "cancelled"); a failed turn raises GenerationError. Queued text stays for stream()."""
+        "length", "context", "cancelled", "tool_calls"); a failed turn raises GenerationError. Queued text stays
+        for stream()."""
         deadline = None if timeout is None else time.monotonic() + timeout
         lib = _capi.lib()
         while True:
@@ -344,7 +446,7 @@ class Session:
         with self._lock:
             out = ctypes.c_void_p()
             check(_capi.lib().cellm_session_fork(self._require(), ctypes.byref(out)))
-            return Session(self._engine, out.value, self._context_length)
+            return Session(self._engine, out.value, self._context_length, self._tools)
 
     # -- results --
 
@@ -371,6 +473,17 @@ class Session:
             pointer, length = ctypes.c_void_p(), ctypes.c_size_t()
             check(_capi.lib().cellm_session_get_text(self._require(), ctypes.byref(pointer), ctypes.byref(length)))
             return ctypes.string_at(pointer, length.value).decode("utf-8", "replace") if length.value else ""
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The function calls of the current or last turn (a session with tools), as OpenAI's message.tool_calls:
+        [{"id", "type": "function", "function": {"name", "arguments": JSON text}}]; [] when none. Session.text is
+        then the rest of the answer."""
+        with self._lock:
+            pointer, length = ctypes.c_void_p(), ctypes.c_size_t()
+            check(_capi.lib().cellm_session_get_tool_calls(self._require(), ctypes.byref(pointer),
+                                                           ctypes.byref(length)))
+            return json.loads(ctypes.string_at(pointer, length.value)) if length.value else []
 
     @property
     def tokens(self) -> list[int]:

@@ -29,11 +29,14 @@ final class CellmNative {
     // of them override cellm_session_options_init's defaults (float i: bit i; long j: bit FLOAT_COUNT + j).
     static final int TEMPERATURE = 0, TOP_P = 1, MIN_P = 2, REPEAT_PENALTY = 3, FREQUENCY_PENALTY = 4,
             PRESENCE_PENALTY = 5, FLOAT_COUNT = 6;
-    static final int TOP_K = 0, REPEAT_LAST_N = 1, SEED = 2, MAX_TOKENS = 3, PRIORITY = 4, LONG_COUNT = 5;
+    static final int TOP_K = 0, REPEAT_LAST_N = 1, SEED = 2, MAX_TOKENS = 3, PRIORITY = 4, PARALLEL_TOOL_CALLS = 5,
+            LONG_COUNT = 6;
 
-    // cellm_event as sessionPoll writes it into its int[3].
-    static final int EVENT_KIND = 0, EVENT_GENERATED = 1, EVENT_FINISH = 2;
-    static final int EVENT_TEXT = 1, EVENT_DONE = 2;
+    // cellm_event as sessionPoll writes it into its int[4], and into its byte[2][] for a TOOL_CALL event.
+    static final int EVENT_KIND = 0, EVENT_GENERATED = 1, EVENT_FINISH = 2, EVENT_TOOL_CALL_INDEX = 3,
+            EVENT_INTS = 4;
+    static final int EVENT_TOOL_CALL_ID = 0, EVENT_TOOL_NAME = 1;
+    static final int EVENT_TEXT = 1, EVENT_DONE = 2, EVENT_TOOL_CALL = 3;
 
     /** {major, minor} of cellm_version. */
     static native int[] version();
@@ -62,16 +65,17 @@ final class CellmNative {
 
     /**
      * cellm_session_options_init, then the values whose bit is in `set`, the name, the stop strings, the grammar
-     * (GBNF) and the JSON schema when not null, the logit bias (biasTokens[i] gets biasValues[i]; null: none), then
-     * cellm_session_create.
+     * (GBNF) and the JSON schema when not null, the logit bias (biasTokens[i] gets biasValues[i]; null: none), the
+     * tools (OpenAI's JSON text) and tool_choice when not null, then cellm_session_create.
      */
     static native long sessionCreate(long engine, byte[] name, int set, float[] floats, long[] longs, byte[][] stop,
-                                     byte[] grammar, byte[] jsonSchema, int[] biasTokens, float[] biasValues);
+                                     byte[] grammar, byte[] jsonSchema, int[] biasTokens, float[] biasValues,
+                                     byte[] tools, byte[] toolChoice);
 
     /** As sessionCreate, for cellm_session_configure (the engine gives the defaults). */
     static native void sessionConfigure(long engine, long session, byte[] name, int set, float[] floats, long[] longs,
                                         byte[][] stop, byte[] grammar, byte[] jsonSchema, int[] biasTokens,
-                                        float[] biasValues);
+                                        float[] biasValues, byte[] tools, byte[] toolChoice);
 
     static native long sessionFork(long session);
 
@@ -83,11 +87,15 @@ final class CellmNative {
 
     static native void sessionSubmitTokens(long session, int[] tokens);
 
+    /** cellm_session_submit_chat_json: OpenAI's messages array as JSON text. */
+    static native void sessionSubmitChatJson(long session, byte[] messagesJson);
+
     /**
-     * cellm_session_poll: the event's text (empty for DONE), its kind, generated_tokens and finish_reason in
-     * event[3]; null when none came within timeoutMs.
+     * cellm_session_poll: the event's text (empty for DONE), its kind, generated_tokens, finish_reason and
+     * tool_call_index in event[4]; for a TOOL_CALL event, its tool_call_id and tool_name in toolCall[2] (may be
+     * null). Null when none came within timeoutMs.
      */
-    static native byte[] sessionPoll(long session, int timeoutMs, int[] event);
+    static native byte[] sessionPoll(long session, int timeoutMs, int[] event, byte[][] toolCall);
 
     /** cellm_session_wait: false when the turn is still running after timeoutMs. */
     static native boolean sessionWait(long session, int timeoutMs);
@@ -101,6 +109,9 @@ final class CellmNative {
     static native byte[] sessionStats(long session, int[] ints, double[] doubles);
 
     static native byte[] sessionText(long session);
+
+    /** cellm_session_get_tool_calls: OpenAI's tool_calls JSON array, "[]" when none. */
+    static native byte[] sessionToolCalls(long session);
 
     static native int[] sessionTokens(long session);
 

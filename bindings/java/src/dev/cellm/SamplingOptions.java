@@ -5,6 +5,7 @@ import java.util.Arrays;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 
 /**
  * A session's settings (cellm_session_options). What is not set keeps the manifest's [sampling] value; without a
@@ -20,6 +21,31 @@ public final class SamplingOptions {
     private final String jsonSchema; // null: none
     private final int[] biasTokens; // null: no bias
     private final float[] biasValues;
+    private final String tools; // OpenAI's tools array as JSON text; null: none
+    private final String toolChoice; // null: cellm's default ("auto" with tools)
+
+    /**
+     * A function the model may call (one entry of OpenAI's {@code tools}): its name, what it does (may be null) and
+     * its parameters' JSON Schema as text (may be null: no parameters).
+     */
+    public record Tool(String name, String description, String parameters) {
+        public Tool {
+            Objects.requireNonNull(name, "name");
+        }
+
+        public static Tool function(String name, String description, String parametersSchema) {
+            return new Tool(name, description, parametersSchema);
+        }
+
+        /** {"type": "function", "function": {"name", "description", "parameters"}}. */
+        String toJson() {
+            StringBuilder b = new StringBuilder("{\"type\":\"function\",\"function\":{\"name\":");
+            Prompt.appendJsonString(b, name);
+            if (description != null) Prompt.appendJsonString(b.append(",\"description\":"), description);
+            if (parameters != null) b.append(",\"parameters\":").append(parameters);
+            return b.append("}}").toString();
+        }
+    }
 
     private SamplingOptions(Builder b) {
         name = b.name;
@@ -31,6 +57,8 @@ public final class SamplingOptions {
         jsonSchema = b.jsonSchema;
         biasTokens = b.biasTokens;
         biasValues = b.biasValues;
+        tools = b.tools;
+        toolChoice = b.toolChoice;
     }
 
     public static Builder builder() {
@@ -54,19 +82,21 @@ public final class SamplingOptions {
         b.jsonSchema = jsonSchema;
         b.biasTokens = biasTokens;
         b.biasValues = biasValues;
+        b.tools = tools;
+        b.toolChoice = toolChoice;
         return b;
     }
 
     long create(long engine) {
         return CellmNative.sessionCreate(engine, CellmNative.utf8(name), set, floats, longs, CellmNative.utf8(stop),
                                          CellmNative.utf8(grammar), CellmNative.utf8(jsonSchema), biasTokens,
-                                         biasValues);
+                                         biasValues, CellmNative.utf8(tools), CellmNative.utf8(toolChoice));
     }
 
     void configure(long engine, long session) {
         CellmNative.sessionConfigure(engine, session, CellmNative.utf8(name), set, floats, longs,
                                      CellmNative.utf8(stop), CellmNative.utf8(grammar), CellmNative.utf8(jsonSchema),
-                                     biasTokens, biasValues);
+                                     biasTokens, biasValues, CellmNative.utf8(tools), CellmNative.utf8(toolChoice));
     }
 
     /** Sampling runs in llama.cpp's order: penalties, top-k, top-p, min-p, temperature, seeded draw. */
@@ -80,6 +110,8 @@ public final class SamplingOptions {
         private String jsonSchema;
         private int[] biasTokens;
         private float[] biasValues;
+        private String tools;
+        private String toolChoice;
 
         private Builder() {}
 
@@ -186,6 +218,47 @@ public final class SamplingOptions {
                 biasValues[i++] = e.getValue();
             }
             return this;
+        }
+
+        /**
+         * Functions the model may call, as OpenAI's {@code tools} array in JSON text (docs/sdk.md, Tools). The
+         * answer's calls then arrive as {@link Session.ToolCall}s ({@link Session.Result#toolCalls()}, and streamed
+         * to {@link Session.TokenListener#onToolCall}), its text is the rest, and the turn ends with
+         * {@link Session.FinishReason#TOOL_CALLS}. A malformed tool throws {@link CellmException}
+         * {@link CellmException.Code#INVALID_ARGUMENT} naming the field ("tools[0].function.parameters: ...") when
+         * the session is made or configured. Not together with a grammar or JSON schema. Null: none.
+         */
+        public Builder tools(String toolsJson) {
+            this.tools = toolsJson;
+            return this;
+        }
+
+        /** As {@link #tools(String)}, from {@link Tool}s; an empty list is none. */
+        public Builder tools(List<Tool> tools) {
+            if (tools.isEmpty()) return tools((String) null);
+            StringBuilder b = new StringBuilder("[");
+            for (Tool tool : tools) b.append(b.length() > 1 ? "," : "").append(tool.toJson());
+            return tools(b.append(']').toString());
+        }
+
+        public Builder tools(Tool... tools) {
+            return tools(Arrays.asList(tools));
+        }
+
+        /**
+         * Whether and which function to call: "auto" (the model decides; the default with tools), "none" (no calls;
+         * the tools are not offered), "required" (at least one call), a function's name, or OpenAI's JSON object
+         * {"type": "function", "function": {"name": ...}} as text. Calls asked for by "required" or a name always
+         * parse and fit the function's schema. Null: the default.
+         */
+        public Builder toolChoice(String toolChoice) {
+            this.toolChoice = toolChoice;
+            return this;
+        }
+
+        /** Whether an answer may make several calls (cellm's default: it may). */
+        public Builder parallelToolCalls(boolean parallel) {
+            return l(CellmNative.PARALLEL_TOOL_CALLS, parallel ? 1 : 0);
         }
 
         /** Higher is served first when the scheduler must choose; 1 interactive, 0 background. */

@@ -1,6 +1,9 @@
 package dev.cellm;
 
+import java.io.ByteArrayOutputStream;
 import java.lang.ref.Cleaner;
+import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CancellationException;
@@ -24,7 +27,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * {@link #generate} waits for it. The generated text streams to a {@link TokenListener} on a dispatcher thread of
  * the binding (never the engine's scheduler thread), in order, in pieces of whole characters. A listener that
  * throws cancels the turn, and its exception completes the future (generate throws it). One turn at a time:
- * submitting while one runs throws {@link CellmException.Code#BUSY}.
+ * submitting while one runs throws {@link CellmException.Code#BUSY}. With tools
+ * ({@link SamplingOptions.Builder#tools(String)}), the answer's function calls stream to
+ * {@link TokenListener#onToolCall} and come back as {@link Result#toolCalls()}.
  *
  * <p>Every method may be called from any thread. {@link #close()} cancels a running turn, waits for its result and
  * frees the session; a session that is never closed is freed when it becomes unreachable.
@@ -45,7 +50,9 @@ public final class Session implements AutoCloseable {
         /** {@link #cancel()}, the engine or the session closed, or the listener threw. */
         CANCELLED,
         /** The turn failed; {@link Stats#error()} says why. */
-        ERROR;
+        ERROR,
+        /** The answer ended with function calls ({@link Result#toolCalls()}). */
+        TOOL_CALLS;
 
         static FinishReason of(int value) {
             FinishReason[] all = values();
@@ -58,13 +65,30 @@ public final class Session implements AutoCloseable {
                         double ttftMs, double prefillTokensPerSecond, double decodeTokensPerSecond,
                         FinishReason finishReason, String error) {}
 
-    /** A finished turn: its text (stop strings excluded), token ids (an ending end-of-generation token excluded). */
-    public record Result(String text, int[] tokens, FinishReason finishReason, Stats stats) {}
+    /**
+     * A finished turn: its text (stop strings excluded; with tools, the answer without its calls), token ids (an
+     * ending end-of-generation token excluded), and its function calls, as records and as OpenAI's tool_calls JSON
+     * array (cellm_session_get_tool_calls; "[]" when none).
+     */
+    public record Result(String text, int[] tokens, FinishReason finishReason, Stats stats, List<ToolCall> toolCalls,
+                         String toolCallsJson) {}
+
+    /** A function call of an answer: its id (for the tool message of its result), function name, arguments' JSON. */
+    public record ToolCall(String id, String name, String arguments) {}
+
+    /**
+     * A piece of a function call as it is generated (CELLM_EVENT_TOOL_CALL): the answer's index-th call. Its first
+     * piece announces the call with arguments ""; the next ones carry pieces of its arguments' JSON text.
+     */
+    public record ToolCallDelta(int index, String id, String name, String arguments) {}
 
     /** Receives a turn's text as it is generated; generatedTokens counts the turn's tokens so far. */
     @FunctionalInterface
     public interface TokenListener {
         void onText(String text, int generatedTokens);
+
+        /** Receives the pieces of the answer's function calls, in order with the text (a session with tools). */
+        default void onToolCall(ToolCallDelta delta, int generatedTokens) {}
     }
 
     // ---- Dispatch: the binding's threads poll the session, so no Java code ever runs on the scheduler thread ----
@@ -292,26 +316,69 @@ public final class Session implements AutoCloseable {
                 FinishReason.of(ints[5]), CellmNative.string(error));
     }
 
+    /**
+     * A turn's function calls as their TOOL_CALL events arrive. Each call's arguments are kept as bytes and decoded
+     * once whole: cellm.h does not say that a call's pieces are whole characters.
+     */
+    private static final class ToolCalls {
+        private final List<String[]> named = new ArrayList<>(); // {id, name} of call i
+        private final List<ByteArrayOutputStream> arguments = new ArrayList<>();
+
+        /** One event (its id and name in idAndName); the piece for the listener. */
+        ToolCallDelta add(int index, byte[][] idAndName, byte[] piece) {
+            String id = text(idAndName[CellmNative.EVENT_TOOL_CALL_ID]);
+            String name = text(idAndName[CellmNative.EVENT_TOOL_NAME]);
+            while (named.size() <= index) {
+                named.add(new String[] {id, name});
+                arguments.add(new ByteArrayOutputStream());
+            }
+            arguments.get(index).write(piece, 0, piece.length);
+            return new ToolCallDelta(index, id, name, CellmNative.string(piece));
+        }
+
+        List<ToolCall> made() {
+            List<ToolCall> out = new ArrayList<>();
+            for (int i = 0; i < named.size(); ++i) {
+                out.add(new ToolCall(named.get(i)[0], named.get(i)[1],
+                                     CellmNative.string(arguments.get(i).toByteArray())));
+            }
+            return Collections.unmodifiableList(out);
+        }
+
+        private static String text(byte[] utf8) {
+            return utf8 == null ? "" : CellmNative.string(utf8);
+        }
+    }
+
     /** Polls the turn's events on a dispatcher thread and hands them to the listener, then delivers the result. */
     private void dispatch(Turn t) {
         Result result = null;
         Throwable failure = null;
         try {
-            int[] event = new int[3];
+            int[] event = new int[CellmNative.EVENT_INTS];
+            byte[][] toolCall = new byte[2][];
+            ToolCalls calls = new ToolCalls();
             for (;;) {
-                byte[] text = call(p -> CellmNative.sessionPoll(p, POLL_MS, event));
+                byte[] text = call(p -> CellmNative.sessionPoll(p, POLL_MS, event, toolCall));
                 if (text == null) continue; // nothing yet
-                if (event[CellmNative.EVENT_KIND] == CellmNative.EVENT_DONE) {
+                int kind = event[CellmNative.EVENT_KIND];
+                if (kind == CellmNative.EVENT_DONE) {
                     FinishReason reason = FinishReason.of(event[CellmNative.EVENT_FINISH]);
                     result = call(p -> new Result(CellmNative.string(CellmNative.sessionText(p)),
-                            CellmNative.sessionTokens(p), reason, readStats(p)));
+                            CellmNative.sessionTokens(p), reason, readStats(p), calls.made(),
+                            CellmNative.string(CellmNative.sessionToolCalls(p))));
                     break;
                 }
-                if (event[CellmNative.EVENT_KIND] != CellmNative.EVENT_TEXT || t.listener == null || failure != null) {
+                ToolCallDelta delta = null;
+                if (kind == CellmNative.EVENT_TOOL_CALL) {
+                    delta = calls.add(event[CellmNative.EVENT_TOOL_CALL_INDEX], toolCall, text);
+                } else if (kind != CellmNative.EVENT_TEXT) {
                     continue;
                 }
+                if (t.listener == null || failure != null) continue;
                 try {
-                    t.listener.onText(CellmNative.string(text), event[CellmNative.EVENT_GENERATED]);
+                    if (delta != null) t.listener.onToolCall(delta, event[CellmNative.EVENT_GENERATED]);
+                    else t.listener.onText(CellmNative.string(text), event[CellmNative.EVENT_GENERATED]);
                 } catch (Throwable e) { // the listener's failure is the turn's; its DONE still has to come
                     failure = e;
                     cancelQuietly();

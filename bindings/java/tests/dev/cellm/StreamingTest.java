@@ -69,10 +69,10 @@ class StreamingTest {
         }
         TestSupport.withNativeLongTurn(s -> {
             ByteArrayOutputStream streamed = new ByteArrayOutputStream();
-            int[] event = new int[3];
+            int[] event = new int[CellmNative.EVENT_INTS];
             int pieces = 0;
             for (;;) {
-                byte[] text = CellmNative.sessionPoll(s, 60000, event);
+                byte[] text = CellmNative.sessionPoll(s, 60000, event, null);
                 if (event[CellmNative.EVENT_KIND] == CellmNative.EVENT_DONE) {
                     assertEquals(0, text.length);
                     break;

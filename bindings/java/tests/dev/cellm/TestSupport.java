@@ -68,7 +68,7 @@ final class TestSupport {
             long[] longs = new long[CellmNative.LONG_COUNT];
             longs[CellmNative.MAX_TOKENS] = 200;
             int set = (1 << CellmNative.TEMPERATURE) | (1 << (CellmNative.FLOAT_COUNT + CellmNative.MAX_TOKENS));
-            long s = CellmNative.sessionCreate(e, null, set, floats, longs, null, null, null, null, null);
+            long s = CellmNative.sessionCreate(e, null, set, floats, longs, null, null, null, null, null, null, null);
             try {
                 CellmNative.sessionSubmitText(s, CellmNative.utf8(LONG_PROMPT), null);
                 body.run(s);

@@ -17,10 +17,10 @@ class Utf8ContractTest {
     @Test
     void everyPieceIsWellFormedUtf8() throws Exception {
         TestSupport.withNativeLongTurn(s -> {
-            int[] event = new int[3];
+            int[] event = new int[CellmNative.EVENT_INTS];
             StringBuilder bad = new StringBuilder();
             for (;;) {
-                byte[] text = CellmNative.sessionPoll(s, 60000, event);
+                byte[] text = CellmNative.sessionPoll(s, 60000, event, null);
                 if (event[CellmNative.EVENT_KIND] == CellmNative.EVENT_DONE) break;
                 try {
                     StandardCharsets.UTF_8.newDecoder().onMalformedInput(CodingErrorAction.REPORT)
