@@ -184,7 +184,7 @@ TEST(Manifest, RejectsOutOfRangeValues) {
         {"[context]\nblock_size = 512", "context.block_size: must be a power of two from 1 to 256, got 512"},
         {"[context]\nblock_size = 0", "context.block_size: must be a power of two from 1 to 256, got 0"},
         {"[chat]\ntemplate = \"vicuna\"",
-         "chat.template: unknown template 'vicuna' (expected one of: auto, chatml, llama3, gemma, plain)"},
+         "chat.template: unknown template 'vicuna' (expected one of: auto, jinja, chatml, llama3, gemma, plain)"},
     };
     for (const auto& [text, expected] : cases) {
         const std::string message = error_of(model + text + "\n");
