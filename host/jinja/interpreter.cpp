@@ -4,6 +4,7 @@
 #include "jinja/parser.h"
 #include "jinja/template.h"
 #include "jinja/value.h"
+#include "tokenize/utf8.h"
 
 #include <algorithm>
 #include <cmath>
@@ -53,23 +54,7 @@ std::u32string decode(const std::string& s) {
 std::string encode(const std::u32string& s) {
     std::string out;
     out.reserve(s.size());
-    for (char32_t cp : s) {
-        if (cp < 0x80) {
-            out += static_cast<char>(cp);
-        } else if (cp < 0x800) {
-            out += static_cast<char>(0xC0 | (cp >> 6));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            out += static_cast<char>(0xE0 | (cp >> 12));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        } else {
-            out += static_cast<char>(0xF0 | (cp >> 18));
-            out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-            out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (cp & 0x3F));
-        }
-    }
+    for (char32_t cp : s) utf8::append(out, static_cast<std::uint32_t>(cp));
     return out;
 }
 

@@ -1,6 +1,7 @@
 #include "jinja/lexer.h"
 
 #include "jinja/template.h"
+#include "tokenize/utf8.h"
 
 #include <cstring>
 #include <limits>
@@ -23,24 +24,6 @@ int hex_value(char c) {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
-}
-
-void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-        out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-        out += static_cast<char>(0xC0 | (cp >> 6));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += static_cast<char>(0xE0 | (cp >> 12));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (cp >> 18));
-        out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
 }
 
 class Lexer {
@@ -302,7 +285,7 @@ private:
                     }
                     if (cp > 0x10FFFF) fail_at(line, "illegal Unicode character in string literal");
                     p += n;
-                    append_utf8(out, cp);
+                    utf8::append(out, cp);
                     break;
                 }
                 default:
@@ -310,7 +293,7 @@ private:
                         std::uint32_t cp = static_cast<std::uint32_t>(e - '0');
                         for (int i = 0; i < 2 && p < src_.size() && src_[p] >= '0' && src_[p] <= '7'; ++i)
                             cp = cp * 8 + static_cast<std::uint32_t>(src_[p++] - '0');
-                        append_utf8(out, cp);
+                        utf8::append(out, cp);
                     } else {
                         out += '\\';
                         out += e;
