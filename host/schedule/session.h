@@ -44,6 +44,8 @@ struct SessionOptions {
     std::string grammar_trigger;
     // The SDK's tools for this session (rendered into its prompts, parsed out of its answers); null: none.
     std::shared_ptr<const tools::ToolUse> tools;
+    // The SDK's extra variables for the model's Jinja chat template: a JSON object's text, or empty.
+    std::string chat_template_kwargs;
     // Receives printable text as it is produced (complete UTF-8, stop strings never shown). Called on the
     // thread that runs the scheduler's step; it may cancel sessions.
     std::function<void(std::string_view)> on_text;

@@ -247,6 +247,18 @@ cellm::SessionOptions to_session_options(const cellm_session_options& o, const E
     take_bias_and_logprobs(o, core, s);
     take_grammar(o, core, s);
     take_tools(o, core, s);
+    if (CELLM_COVERS(o, cellm_session_options, chat_template_kwargs) && o.chat_template_kwargs != nullptr) {
+        const nlohmann::ordered_json variables = nlohmann::ordered_json::parse(o.chat_template_kwargs, nullptr, false);
+        if (variables.is_discarded() || !variables.is_object()) {
+            throw ArgumentError("chat_template_kwargs: must be a JSON object");
+        }
+        for (const auto& item : variables.items()) {
+            if (cellm::PromptBuilder::reserved_variable(item.key())) {
+                throw ArgumentError("chat_template_kwargs: '" + item.key() + "' is set by the engine");
+            }
+        }
+        s.chat_template_kwargs = o.chat_template_kwargs;
+    }
     return s;
 }
 
@@ -731,11 +743,14 @@ std::vector<cellm::ChatMessage> conversation_json(const char* text) {
 
 void submit_conversation(cellm_session* session, const std::vector<cellm::ChatMessage>& conversation) {
     EngineCore& core = open_core(session);
-    const std::shared_ptr<const cellm::tools::ToolUse> tools =
-        core.with_session(session->id, [](const cellm::Session& s) { return s.options().tools; });
+    const auto [tools, kwargs] = core.with_session(session->id, [](const cellm::Session& s) {
+        return std::make_pair(s.options().tools, s.options().chat_template_kwargs);
+    });
+    const nlohmann::ordered_json variables = kwargs.empty() ? nlohmann::ordered_json(nullptr)
+                                                            : nlohmann::ordered_json::parse(kwargs);
     std::vector<int32_t> tokens;
     try {
-        tokens = core.prompt().chat_tokens(conversation, tools.get());
+        tokens = core.prompt().chat_tokens(conversation, tools.get(), variables);
     } catch (const Error& e) {
         throw PromptError(e.what());
     }

@@ -11,7 +11,7 @@ namespace {
 // An SDK failure as the client sees it. Reads cellm_last_error(), so call it right after the failing call.
 // The field an engine message names at its start ("tools[1].function.parameters: ..."), for the error's param.
 std::string named_field(const std::string& message) {
-    for (const char* field : {"tools", "tool_choice", "messages"}) {
+    for (const char* field : {"tools", "tool_choice", "messages", "chat_template_kwargs"}) {
         const size_t n = std::char_traits<char>::length(field);
         if (message.compare(0, n, field) != 0 || message.size() <= n) continue;
         if (const size_t colon = message.find(": "); colon != std::string::npos &&

@@ -104,7 +104,7 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
         unsupported("function_call", "function_call (OpenAI's deprecated form) is not supported: use tool_choice");
     }
     if (endpoint == Endpoint::completion) {
-        for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"}) {
+        for (const char* key : {"tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs"}) {
             if (field(body, key)) unsupported(key, std::string(key) + " is a chat field: /v1/completions has no tools");
         }
     }
@@ -123,6 +123,10 @@ void parse_tools(const json& body, CompletionRequest& r) {
         if (!r.tools && *choice != "none") invalid("tool_choice", "tool_choice needs tools");
     }
     r.parallel_tool_calls = boolean(body, "parallel_tool_calls", "parallel_tool_calls").value_or(true);
+    if (const json* kwargs = field(body, "chat_template_kwargs")) {
+        if (!kwargs->is_object()) wrong_type("chat_template_kwargs", "an object");
+        r.chat_template_kwargs = kwargs->dump();
+    }
 }
 
 int32_t parse_n(const json& body) {
@@ -530,6 +534,7 @@ void apply_sampling(const CompletionRequest& request, int32_t choice, cellm_sess
     options.tools = request.tools ? request.tools->c_str() : nullptr;
     options.tool_choice = request.tool_choice ? request.tool_choice->c_str() : nullptr;
     options.parallel_tool_calls = request.parallel_tool_calls ? 1 : 0;
+    options.chat_template_kwargs = request.chat_template_kwargs ? request.chat_template_kwargs->c_str() : nullptr;
 }
 
 }  // namespace cellm::server

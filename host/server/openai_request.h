@@ -67,6 +67,8 @@ struct CompletionRequest {
     bool parallel_tool_calls = true;
     std::string messages_json;
     bool messages_have_tools = false;
+    // chat_template_kwargs (llama-server's): more variables for the model's Jinja template, as JSON text.
+    std::optional<std::string> chat_template_kwargs;
 };
 
 // Throws ApiError (400) for malformed JSON, wrong types, values out of range, empty messages or prompt, image

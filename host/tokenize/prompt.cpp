@@ -62,7 +62,15 @@ PromptBuilder::PromptBuilder(const Tokenizer& tokenizer, const ChatConfig& chat)
                                              [&](std::string_view text) { return tokenizer.find_token(text) >= 0; });
 }
 
-std::string PromptBuilder::render(std::span<const ChatMessage> conversation, const tools::ToolUse* tools) const {
+bool PromptBuilder::reserved_variable(std::string_view name) {
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"}) {
+        if (name == reserved) return true;
+    }
+    return false;
+}
+
+std::string PromptBuilder::render(std::span<const ChatMessage> conversation, const tools::ToolUse* tools,
+                                  const nlohmann::ordered_json& variables) const {
     std::vector<ChatMessage> messages(conversation.begin(), conversation.end());
     if (system_prompt_ && (messages.empty() || messages.front().role != "system")) {
         messages.insert(messages.begin(), ChatMessage{"system", *system_prompt_});
@@ -76,12 +84,13 @@ std::string PromptBuilder::render(std::span<const ChatMessage> conversation, con
         if (!renders) messages = tools::prepare_messages(tools->format, false, offered, messages);
         if (!renders || offered.empty()) tools = nullptr;
     }
-    if (jinja_) return render_jinja(messages, tools);
+    if (jinja_) return render_jinja(messages, tools, variables);
     return render_chat(kind_, messages, true, system_prompt_ ? std::string_view() : std::string_view(default_system_));
 }
 
-std::string PromptBuilder::render_jinja(std::span<const ChatMessage> conversation, const tools::ToolUse* tools) const {
-    nlohmann::ordered_json context;
+std::string PromptBuilder::render_jinja(std::span<const ChatMessage> conversation, const tools::ToolUse* tools,
+                                        const nlohmann::ordered_json& variables) const {
+    nlohmann::ordered_json context = variables.is_object() ? variables : nlohmann::ordered_json::object();
     nlohmann::ordered_json& messages = context["messages"] = nlohmann::ordered_json::array();
     for (const ChatMessage& m : conversation) messages.push_back(message_json(m));
     // As transformers' apply_chat_template passes them: None where there are none.
@@ -104,8 +113,9 @@ std::vector<int32_t> PromptBuilder::encode(const std::string& text) const {
 }
 
 std::vector<int32_t> PromptBuilder::chat_tokens(std::span<const ChatMessage> conversation,
-                                                const tools::ToolUse* tools) const {
-    return encode(render(conversation, tools));
+                                                const tools::ToolUse* tools,
+                                                const nlohmann::ordered_json& variables) const {
+    return encode(render(conversation, tools, variables));
 }
 
 std::vector<int32_t> PromptBuilder::raw_tokens(const std::string& text) const { return encode(text); }

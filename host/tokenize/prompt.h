@@ -34,9 +34,13 @@ public:
     // The conversation rendered with the generation prompt, and its tokens. With `tools` (not null), the model
     // is offered them as its format says. Throws cellm::Error when the template cannot render the conversation
     // (a Jinja template's error names its line).
-    std::string render(std::span<const ChatMessage> conversation, const tools::ToolUse* tools = nullptr) const;
-    std::vector<int32_t> chat_tokens(std::span<const ChatMessage> conversation,
-                                     const tools::ToolUse* tools = nullptr) const;
+    // `variables` (a JSON object, or null) are more variables for a Jinja template (chat_template_kwargs).
+    std::string render(std::span<const ChatMessage> conversation, const tools::ToolUse* tools = nullptr,
+                       const nlohmann::ordered_json& variables = nullptr) const;
+    std::vector<int32_t> chat_tokens(std::span<const ChatMessage> conversation, const tools::ToolUse* tools = nullptr,
+                                     const nlohmann::ordered_json& variables = nullptr) const;
+    // The variables the engine itself sets for a Jinja template, which chat_template_kwargs may not replace.
+    static bool reserved_variable(std::string_view name);
     // Text used as is (no template).
     std::vector<int32_t> raw_tokens(const std::string& text) const;
     // Whether `text`'s tokens get a BOS: as the model asks, unless the text (a template's) already writes it.
@@ -44,7 +48,8 @@ public:
 
 private:
     std::vector<int32_t> encode(const std::string& text) const;
-    std::string render_jinja(std::span<const ChatMessage> conversation, const tools::ToolUse* tools) const;
+    std::string render_jinja(std::span<const ChatMessage> conversation, const tools::ToolUse* tools,
+                             const nlohmann::ordered_json& variables) const;
 
     const Tokenizer& tokenizer_;
     ChatTemplateKind kind_;

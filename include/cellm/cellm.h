@@ -271,6 +271,11 @@ typedef struct cellm_session_options {
     const char* tool_choice;      /* NULL or "auto" (with tools), "none", "required", or OpenAI's JSON object
                                      {"type": "function", "function": {"name": ...}}; copied */
     int32_t parallel_tool_calls;  /* non-zero (init's default): an answer may make several calls */
+    /* Since 1.5. More variables for the model's own Jinja chat template, as a JSON object text (transformers'
+     * apply_chat_template keywords, llama-server's chat_template_kwargs), e.g. {"enable_thinking": false} for
+     * Qwen 3; NULL for none; copied. The variables the engine sets (messages, tools, documents,
+     * add_generation_prompt, bos_token, eos_token) cannot be given. Hand-written templates ignore them. */
+    const char* chat_template_kwargs;
 } cellm_session_options;
 
 /* Fills the `size` bytes of *options with the manifest's [sampling] defaults (the 1.4 fields off) and sets

@@ -97,6 +97,16 @@ def test_streamed_call_equals_the_whole_one(family_server):
         [(c.function.name, c.function.arguments) for c in whole]
 
 
+def test_chat_template_kwargs_reach_the_template(family_server):
+    name, server = family_server
+    if name != "qwen3":
+        pytest.skip("Qwen 3's template is the one with enable_thinking")
+    plain = ask(server, tools=None, max_tokens=1)
+    # enable_thinking false: the template writes an empty <think></think> block after the generation prompt.
+    off = ask(server, tools=None, max_tokens=1, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert off.usage.prompt_tokens == plain.usage.prompt_tokens + len("<think>\n\n</think>\n\n")
+
+
 def test_call_and_result_render_through_the_template(family_server):
     _, server = family_server
     call = ask(server, tool_choice="required", parallel_tool_calls=False, temperature=0).choices[0].message.tool_calls[0]

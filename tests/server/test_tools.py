@@ -172,6 +172,8 @@ BAD = {
             {"id": "c1", "type": "function", "function": {"name": "get_time", "arguments": "{zone"}}]}]},
         "messages[1].tool_calls[0].function.arguments"),
     "tools and response_format": ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tools"),
+    "chat_template_kwargs not an object": ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
+    "chat_template_kwargs setting messages": ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
 }
 
 

@@ -150,6 +150,7 @@ class cellm_session_options(ctypes.Structure):
         ("tools", ctypes.c_char_p),
         ("tool_choice", ctypes.c_char_p),
         ("parallel_tool_calls", ctypes.c_int32),
+        ("chat_template_kwargs", ctypes.c_char_p),
     ]
 
 
