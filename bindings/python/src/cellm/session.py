@@ -414,8 +414,11 @@ class Session:
         deadline = None if timeout is None else time.monotonic() + timeout
         lib = _capi.lib()
         while True:
+            # Never past the deadline: a wait(timeout=0) only looks.
+            slice_ms = _WAIT_SLICE_MS if deadline is None else \
+                max(0, min(_WAIT_SLICE_MS, int((deadline - time.monotonic()) * 1000)))
             with self._lock:
-                result = lib.cellm_session_wait(self._require(), _WAIT_SLICE_MS)
+                result = lib.cellm_session_wait(self._require(), slice_ms)
             if result == _capi.SUCCESS:
                 break
             if result != _capi.E_TIMEOUT:
