@@ -8,6 +8,7 @@
 
 #include "grammar/grammar.h"
 
+#include <string>
 #include <string_view>
 
 namespace cellm::grammar {
@@ -16,5 +17,9 @@ namespace cellm::grammar {
 // first error, an undefined or twice-defined rule, or a text over `max_bytes` (users' grammars: kMaxGrammarBytes;
 // the JSON Schema compiler's output may be larger than the schema it came from).
 RuleSet parse_gbnf(std::string_view text, size_t max_bytes = kMaxGrammarBytes);
+
+// A GBNF string literal, quotes included, matching exactly `text` (UTF-8 passes through; quotes, backslashes and
+// control bytes are escaped). For the grammars written as text: JSON Schema's, tool calls'.
+std::string gbnf_literal(std::string_view text);
 
 }  // namespace cellm::grammar

@@ -29,6 +29,7 @@
 //   JSON Schema draft defines are ignored, as the specification says.
 #include "grammar/json_schema.h"
 
+#include "grammar/gbnf.h"
 #include "grammar/grammar.h"
 #include "grammar/regex.h"
 
@@ -151,32 +152,6 @@ struct Bound {
 };
 
 // ---- GBNF text helpers ----------------------------------------------------------------------------------------
-
-// A GBNF string literal for `text` (UTF-8 passes through).
-std::string literal(std::string_view text) {
-    std::string out = "\"";
-    for (char c : text) {
-        auto u = static_cast<unsigned char>(c);
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (c == '\n') {
-            out += "\\n";
-        } else if (c == '\r') {
-            out += "\\r";
-        } else if (c == '\t') {
-            out += "\\t";
-        } else if (u < 0x20 || u == 0x7F) {
-            static const char* hex = "0123456789ABCDEF";
-            out += "\\x";
-            out += hex[u >> 4];
-            out += hex[u & 15];
-        } else {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
 
 // `item` repeated at least n times (as x{n} x*: an open count is the costliest repetition to expand).
 std::string at_least(const std::string& item, size_t n) {
@@ -876,7 +851,7 @@ private:
         if (v.is_object()) {
             std::vector<std::string> members;
             for (const auto& [key, value] : v.items())
-                members.push_back(literal(Json(key).dump()) + " space \":\" space " + constant(value));
+                members.push_back(gbnf_literal(Json(key).dump()) + " space \":\" space " + constant(value));
             use("space");
             return "\"{\" space " + join(members, " \",\" space ") + (members.empty() ? "" : " ") + "\"}\" space";
         }
@@ -887,7 +862,7 @@ private:
             return "\"[\" space " + join(items, " \",\" space ") + (items.empty() ? "" : " ") + "\"]\" space";
         }
         use("space");
-        return literal(v.dump()) + " space";
+        return gbnf_literal(v.dump()) + " space";
     }
 
     // ---- finite schemas: enum and const, checked value by value -------------------------------------------
@@ -1141,7 +1116,7 @@ private:
         return rule(at, body + "\"}\" space");
     }
 
-    static std::string key_literal(const std::string& name) { return literal(Json(name).dump()); }
+    static std::string key_literal(const std::string& name) { return gbnf_literal(Json(name).dump()); }
 
     // A property name (with its quotes and trailing space) other than `names`, which are compared by their JSON
     // spelling: a trie of the names, each node a rule that leaves the trie as soon as the text differs.
@@ -1183,7 +1158,7 @@ private:
             if (!trie[i].terminal) alternatives.push_back("\"\\\"\" space");
             std::string excluded_plain, excluded_escapes;
             for (const auto& [character, child] : trie[i].children) {
-                alternatives.push_back(literal(character) + " " + node_names[child]);
+                alternatives.push_back(gbnf_literal(character) + " " + node_names[child]);
                 if (character[0] == '\\') {
                     if (character[1] != 'u') excluded_escapes += character[1];
                 } else {
@@ -1440,13 +1415,13 @@ private:
             if (!integer_part.empty() && !fraction.empty()) alternatives.push_back(integer_part + " " + fraction);
         };
         if (high && li == high->value.integer) {
-            add(literal(li), fraction_range(low, high, at));
+            add(gbnf_literal(li), fraction_range(low, high, at));
         } else {
-            add(literal(li), fraction_range(low, std::nullopt, at));
+            add(gbnf_literal(li), fraction_range(low, std::nullopt, at));
             std::optional<std::string> middle_high;  // integer parts strictly between the bounds'
             if (high) middle_high = decrement(high->value.integer);
             add(integer_range(increment(li), middle_high), "(\".\" [0-9]+)?");
-            if (high) add(literal(high->value.integer), fraction_range(std::nullopt, high, at));
+            if (high) add(gbnf_literal(high->value.integer), fraction_range(std::nullopt, high, at));
         }
         return alternatives.empty() ? "" : alternation(alternatives);
     }

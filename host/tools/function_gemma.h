@@ -3,6 +3,8 @@
 // nested {...} and [...], no whitespace.
 #pragma once
 
+#include "grammar/gbnf.h"
+
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -35,7 +37,6 @@ std::optional<FgCall> parse_function_gemma_call(std::string_view inner);
 // A JSON value in FunctionGemma's syntax (tool calls in the history, declarations in a fallback prompt).
 std::string function_gemma_value(const nlohmann::ordered_json& value);
 
-// GBNF string literal (with its quotes) for arbitrary UTF-8 text.
-std::string gbnf_literal(std::string_view text);
+using grammar::gbnf_literal;
 
 }  // namespace cellm::tools
