@@ -1,20 +1,4 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's own HTTP server, llama-server, for bench/serve_load --llama-server: the llama.cpp that the
-# sdist of llama-cpp-python (LLAMA_CPP_PYTHON_VERSION, default 0.3.36) vendors, fetched and unpacked by
-# scripts/fetch_llamacpp_source.sh. Native CPU kernels
-# (GGML_NATIVE=ON, as llama.cpp's own default), its default OpenMP thread pool, no curl, no OpenSSL.
-# Prints the binary's path. Idempotent; nothing enters the repository.
-set -euo pipefail
-
-cache="${CELLM_CACHE:-$HOME/.cache/cellm}"
-src="$("$(dirname "$0")/../scripts/fetch_llamacpp_source.sh")"
-build="$cache/llamacpp-x86-server"
-
-launcher=()
-command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-if [[ ! -f "$build/CMakeCache.txt" ]]; then
-  cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
-    -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "${launcher[@]}" >&2
-fi
-cmake --build "$build" --target llama-server -j"${JOBS:-2}" >&2
-echo "$build/bin/llama-server"
+# Builds llama.cpp's own HTTP server, llama-server, for bench/serve_load --llama-server, with
+# bench/build_llamacpp_tool.sh (llama-cpp-python 0.3.36's llama.cpp, native CPU kernels). Prints the binary's path.
+exec "$(dirname "$0")/build_llamacpp_tool.sh" llama-server

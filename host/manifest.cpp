@@ -245,7 +245,7 @@ void read_backend(const Section& root, BackendConfig& backend) {
 
 void read_context(const Section& root, ContextConfig& context) {
     const Section section = root.section("context");
-    section.reject_unknown({"length", "block_size", "kv_type", "kv_memory_mib", "prefix_cache"});
+    section.reject_unknown({"length", "block_size", "kv_type", "kv_memory_mib", "memory_budget_mib", "prefix_cache"});
     section.integer("length", context.length, [](int64_t v) { return v >= 1; }, "must be at least 1");
     section.integer("block_size", context.block_size, is_power_of_two_up_to_256, "must be a power of two from 1 to 256");
     if (const toml::node* node = section.string("kv_type", context.kv_type);
@@ -254,8 +254,23 @@ void read_context(const Section& root, ContextConfig& context) {
                      fmt::format("unknown KV type '{}' (expected one of: {})", context.kv_type, fmt::join(kv_types, ", ")));
     section.integer("kv_memory_mib", context.kv_memory_mib, [](int64_t v) { return v >= 1 && v <= (1 << 20); },
                     "must be from 1 to 1048576");
+    section.integer("memory_budget_mib", context.memory_budget_mib, [](int64_t v) { return v >= 1 && v <= (1 << 20); },
+                    "must be from 1 to 1048576");
+    if (const toml::node* budget = section.find("memory_budget_mib"); budget != nullptr && context.kv_memory_mib > 0)
+        section.fail(budget->source(), "context.memory_budget_mib",
+                     "give memory_budget_mib or kv_memory_mib, not both: the budget sizes the KV pool itself");
     section.boolean("prefix_cache", context.prefix_cache);
 }
+
+}  // namespace
+
+const std::string& check_kv_type(const std::string& name) {
+    if (std::find(std::begin(kv_types), std::end(kv_types), name) == std::end(kv_types))
+        throw Error(fmt::format("unknown KV type '{}' (expected one of: {})", name, fmt::join(kv_types, ", ")));
+    return name;
+}
+
+namespace {
 
 uint64_t random_seed() {
     std::random_device device;

@@ -34,6 +34,7 @@ struct ContextConfig {
     int32_t block_size = 16;  // KV-cache block size in tokens, a power of two in 1..256
     std::string kv_type = "f16";  // f32 | f16 | q8
     int32_t kv_memory_mib = 0;    // KV pool size; 0: one full context per session the manifest runs at once
+    int32_t memory_budget_mib = 0;  // weights, scratch and KV together; the KV pool gets what is left (0: no budget)
     bool prefix_cache = true;     // reuse cached blocks of an identical prompt prefix
 };
 
@@ -101,6 +102,8 @@ struct Manifest {
 
 // Reads and validates a manifest file. Throws cellm::Error with one line naming file, position and key.
 Manifest load_manifest(const std::filesystem::path& file);
+// `name` when it is a KV type a manifest may name (f32, f16, q8); otherwise throws cellm::Error listing them.
+const std::string& check_kv_type(const std::string& name);
 
 // Validates manifest text; `source` names it in errors and anchors relative paths (its parent folder).
 Manifest parse_manifest(std::string_view text, const std::filesystem::path& source);

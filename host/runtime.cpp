@@ -52,6 +52,8 @@ Runtime::Runtime(const Manifest& manifest, int32_t max_sequences) : manifest_(ma
     options.block_size = manifest.context.block_size;
     options.max_sequences = max_sequences;
     options.kv_memory = static_cast<uint64_t>(manifest.context.kv_memory_mib) << 20;
+    options.memory_budget = static_cast<uint64_t>(manifest.context.memory_budget_mib) << 20;
+    options.max_step_tokens = manifest.scheduler.token_budget;
     options.kv_type = kv_type(manifest.context.kv_type);
     options.prefix_cache = manifest.context.prefix_cache;
     engine_ = std::make_unique<Engine>(*model_, *backend_, options);

@@ -42,6 +42,10 @@ typedef struct cellm_arch_layer_info {
      * leaves, [0] its convolution window's and [1] its recurrence's; 0 = no such state. The host keeps a slot of
      * each per live sequence. */
     int32_t state_size[2];
+    /* Since 1.4. Positions this layer's queries look back (a sliding window): a query at p reads the keys of
+     * max(0, p - window + 1) <= j <= p only; 0 = the whole context. The host may give back the memory of rows
+     * that no later query of the layer can read. */
+    int32_t window;
 } cellm_arch_layer_info;
 
 /* The shape of one step. Every graph built for the same shape has the same nodes, so a backend plan made

@@ -31,6 +31,9 @@ typedef struct cellm_backend_info {
     uint64_t device_memory;  /* bytes the device offers, 0 when unknown */
     uint32_t flags;
     int32_t threads;         /* worker threads in use (CPU backends), 0 otherwise */
+    /* Since 1.4. Bytes the backend needs beside the buffers to run the plans prepared so far (intermediate
+     * results, kernel scratch), 0 when unknown; the host sizes a memory budget with it. */
+    uint64_t scratch_bytes;
 } cellm_backend_info;
 
 /* Per-step data for a CELLM_OP_INPUT node, or the destination of a graph output. `data` is host memory
@@ -114,6 +117,16 @@ typedef struct cellm_backend_iface {
     /* (optional) Describes the devices this backend can see, one line per call of `emit`, for
      * `cellm-host plugins`. Needs no backend instance. */
     void (*describe)(void (*emit)(void* user, const char* line), void* user);
+
+    /* (optional, since 1.4; read it only when struct_size covers it) Host memory under part of a
+     * CELLM_BUFFER_KV_CACHE buffer. A backend that implements this may allocate KV buffers without committing
+     * their memory; the host then calls it with resident = 1 for bytes it is about to use (committed before it
+     * returns, so steps that write them take no page faults) and resident = 0 for bytes it no longer uses (the
+     * memory goes back to the system; their contents become undefined until committed again). The backend
+     * rounds a commit outward and a release inward to its pages, so bytes outside the range keep their
+     * contents. A host that never calls it still works: pages then come on first touch. */
+    cellm_status* (*buffer_commit)(cellm_backend* backend, cellm_buffer* buffer, uint64_t offset, uint64_t size,
+                                   int resident);
 } cellm_backend_iface;
 
 #ifdef __cplusplus

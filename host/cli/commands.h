@@ -18,5 +18,6 @@ Command add_tokenize(CLI::App& app);
 Command add_bench(CLI::App& app);
 Command add_convert(CLI::App& app);
 Command add_serve(CLI::App& app);
+Command add_perplexity(CLI::App& app);
 
 }  // namespace cellm::cli

@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     add("bench", "Measure prefill and decode speed, time to first token and peak memory", cellm::cli::add_bench);
     add("convert", "Write any model the host can open as a .cellm file (docs/format.md)", cellm::cli::add_convert);
     add("serve", "Serve the model over an OpenAI-compatible HTTP API", cellm::cli::add_serve);
+    add("perplexity", "Perplexity over a text as llama-perplexity computes it, and KL divergence against a saved run",
+        cellm::cli::add_perplexity);
 
     try {
         app.parse(argc, argv);

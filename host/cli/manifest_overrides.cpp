@@ -20,6 +20,12 @@ void ManifestOverrides::add_to(CLI::App& app) {
     app.add_option("--temperature", temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
     app.add_option("--seed", seed, "Sampling seed (same seed, same output)");
     app.add_option("--context", context, "Context length in tokens")->check(CLI::PositiveNumber);
+    app.add_option("--kv-type", kv_type, "KV cache encoding (overrides [context].kv_type)")
+        ->check(CLI::IsMember({"f32", "f16", "q8"}));
+    app.add_option("--memory-budget", memory_budget,
+                   "MiB for weights, scratch and KV cache together; the KV pool gets the rest (overrides "
+                   "[context].memory_budget_mib)")
+        ->check(CLI::Range(1, 1 << 20));
 }
 
 Manifest ManifestOverrides::load() const {
@@ -42,6 +48,11 @@ Manifest ManifestOverrides::load() const {
         m.generation.seed_given = true;
     }
     if (context) m.context.length = *context;
+    if (kv_type) m.context.kv_type = *kv_type;
+    if (memory_budget) {
+        m.context.memory_budget_mib = *memory_budget;
+        m.context.kv_memory_mib = 0;
+    }
     // The sampling flags win over each [[session]]'s own keys too.
     for (SessionConfig& s : m.sessions) {
         if (max_tokens) s.generation.max_tokens = *max_tokens;

@@ -22,6 +22,8 @@ struct ManifestOverrides {
     std::optional<float> temperature;
     std::optional<uint64_t> seed;
     std::optional<int32_t> context;
+    std::optional<std::string> kv_type;
+    std::optional<int32_t> memory_budget;  // MiB
 
     void add_to(CLI::App& app);
     // Loads the manifest and applies the flags that were given.

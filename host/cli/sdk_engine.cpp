@@ -12,6 +12,8 @@ EnginePtr open_engine(const ManifestOverrides& flags, int32_t max_sessions) {
     cellm_engine_options options;
     cellm_engine_options_init(&options);
     if (!flags.manifest.empty()) options.manifest_path = flags.manifest.c_str();
+    if (flags.kv_type) options.kv_type = flags.kv_type->c_str();
+    if (flags.memory_budget) options.memory_budget_mib = *flags.memory_budget;
     if (flags.model) options.model_path = flags.model->c_str();
     if (flags.mmproj) options.mmproj_path = flags.mmproj->c_str();
     if (flags.backend) options.backend = flags.backend->c_str();

@@ -27,7 +27,7 @@ namespace {
 struct ServeOptions {
     std::string manifest;
     std::optional<std::string> model, mmproj, backend, precision;
-    int32_t threads = 0, context = 0, max_sessions = 0;  // 0: the manifest's
+    int32_t threads = 0, context = 0, max_sessions = 0, memory_budget = 0;  // 0: the manifest's
     std::string api_key;
     std::string model_alias;
     // The server's settings given as flags, in the manifest's [server] shape: each wins over its key.
@@ -91,6 +91,7 @@ EnginePtr open_engine(const ServeOptions& o) {
     options.threads = o.threads;
     options.context_length = o.context;
     options.max_sessions = o.max_sessions;
+    options.memory_budget_mib = o.memory_budget;
     cellm_engine* engine = nullptr;
     check(cellm_engine_open(&options, &engine));
     return EnginePtr(engine);
@@ -106,6 +107,19 @@ std::string model_id(cellm_engine* engine) {
     if (!path.has_filename()) path = path.parent_path();  // a folder given as DIR/
     const std::string ext = path.extension().string();
     return ext == ".gguf" || ext == ".cellm" ? path.stem().string() : path.filename().string();
+}
+
+// Where the memory goes, so that a budget can be chosen from it.
+void print_memory(cellm_engine* engine) {
+    cellm_engine_info info{};
+    info.struct_size = sizeof info;
+    check(cellm_engine_get_info(engine, &info));
+    const auto mib = [](int64_t bytes) { return static_cast<long long>((bytes + (1 << 19)) >> 20); };
+    std::fprintf(stderr,
+                 "cellm-host: memory: weights %lld MiB, step scratch %lld MiB, KV pool %lld MiB (%lld tokens of %d "
+                 "per session, committed as they come into use on CPU backends)\n",
+                 mib(info.weights_bytes), mib(info.scratch_bytes), mib(info.kv_pool_bytes),
+                 static_cast<long long>(info.kv_blocks) * info.kv_block_size, info.context_length);
 }
 
 // An IPv6 address needs brackets in a URL.
@@ -133,6 +147,10 @@ Command add_serve(CLI::App& app) {
     app.add_option("--max-sessions", o->max_sessions,
                    "Sessions in the engine's steps at once (overrides [scheduler].max_running)")
         ->check(CLI::PositiveNumber);
+    app.add_option("--memory-budget", o->memory_budget,
+                   "MiB for weights, scratch and KV cache together; the KV pool gets the rest (overrides "
+                   "[context].memory_budget_mib)")
+        ->check(CLI::Range(1, 1 << 20));
     app.add_option("--api-key", o->api_key, "Require this key as 'Authorization: Bearer KEY' (not on /health)")
         ->envname("CELLM_API_KEY");
     app.add_option("--model-alias", o->model_alias, "Model id to serve as (default: the model file's name without extension)");
@@ -204,6 +222,7 @@ Command add_serve(CLI::App& app) {
         const int port = http.bind();
         {
             const server::SignalWatcher signals([&http] { http.shutdown(); });
+            print_memory(engine.get());
             std::fprintf(stderr, "cellm-host: serving %s on %s\n", config.model_id.c_str(),
                          url(config.host, port).c_str());
             std::fflush(stderr);

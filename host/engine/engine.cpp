@@ -2,6 +2,8 @@
 
 #include "error.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <bit>
 
@@ -21,27 +23,91 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
         throw Error("KV block size must be a power of two");
     }
     if (options.max_sequences < 1) throw Error("the engine needs room for at least one sequence");
-    int64_t n_blocks = 0;
+    const uint64_t block_bytes = KvCache::bytes_per_token(model.layers(), options.kv_type) *
+                                 static_cast<uint64_t>(options.block_size);
+    const int64_t blocks_per_sequence = (options.context_length + options.block_size - 1) / options.block_size;
+    int64_t n_blocks = blocks_per_sequence * options.max_sequences;
     if (options.kv_memory > 0) {
-        const uint64_t block_bytes = KvCache::bytes_per_token(model.layers(), options.kv_type) *
-                                     static_cast<uint64_t>(options.block_size);
         n_blocks = static_cast<int64_t>(options.kv_memory / block_bytes);
         if (n_blocks < 1) {
             throw Error("the KV memory budget of " + std::to_string(options.kv_memory) + " bytes holds no block of " +
                         std::to_string(block_bytes) + " bytes");
         }
-    } else {
-        const int64_t blocks_per_sequence = (options.context_length + options.block_size - 1) / options.block_size;
-        n_blocks = blocks_per_sequence * options.max_sequences;
     }
-    if (n_blocks * options.block_size > max_slots) throw Error("the KV cache would hold more than 2^28 token slots");
+    if (n_blocks * options.block_size > max_slots && options.memory_budget == 0)
+        throw Error("the KV cache would hold more than 2^28 token slots");
     const std::vector<MappedRegion> regions = model.file().regions();
     weights_ = std::make_unique<WeightStore>(backend, model.file().view(), regions);
+    states_ = std::make_unique<StatePool>(backend, model.layers(), options.max_sequences);
+    if (options.memory_budget > 0) n_blocks = blocks_within_budget(blocks_per_sequence, block_bytes);
     kv_ = std::make_unique<KvCache>(backend, model.layers(), static_cast<int32_t>(n_blocks), options.block_size,
                                     options.kv_type);
-    states_ = std::make_unique<StatePool>(backend, model.layers(), options.max_sequences);
-    // Build the decode graph now, so a backend that cannot run this model says so before any prompt.
-    graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options.block_size, 0});
+    // Build the step graphs now, so a backend that cannot run this model says so before any prompt.
+    memory_ = {weights_->device_bytes(), step_scratch(blocks_per_sequence), kv_->bytes()};
+    if (options.release_window && kv_->window() > 0) {
+        window_ = kv_->window();
+        in_window_.assign(static_cast<size_t>(kv_->pool().n_blocks()), 0);
+    }
+}
+
+bool Engine::behind_window(int32_t index, int32_t length) const {
+    const int32_t slack = 4 * options_.block_size;
+    return window_ > 0 && (index + 1) * options_.block_size + slack <= length - window_ + 1;
+}
+
+int32_t Engine::first_in_window(int32_t length) const {
+    if (window_ == 0) return 0;
+    const int32_t slack = 4 * options_.block_size;
+    return std::max(0, (length - window_ + 1 - slack) / options_.block_size);
+}
+
+void Engine::drop_window(int32_t block, bool still_held) {
+    if (window_ == 0) return;
+    // The last holder that could read the rows is gone; those that stay are all past them.
+    if (--in_window_[static_cast<size_t>(block)] == 0 && still_held) kv_->release_window_rows(block);
+}
+
+void Engine::advance_window(Sequence& s) {
+    const auto n = static_cast<int32_t>(s.pages.blocks.size());
+    for (; s.window_first < n && behind_window(s.window_first, s.length); ++s.window_first)
+        drop_window(s.pages.blocks[static_cast<size_t>(s.window_first)], true);
+}
+
+uint64_t Engine::step_scratch(int64_t blocks_per_sequence) {
+    const int32_t chunk = std::clamp(options_.max_step_tokens, 1, options_.context_length);
+    const int32_t seqs = std::min(chunk, options_.max_sequences);  // each with its logits row
+    const auto table = static_cast<int32_t>(std::bit_ceil(static_cast<uint64_t>(blocks_per_sequence)));
+    graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), chunk, seqs, seqs, table, options_.block_size, 0});
+    graph_for(cellm_batch_shape{sizeof(cellm_batch_shape), 1, 1, 1, 1, options_.block_size, 0});
+    return backend_->scratch_bytes();
+}
+
+int64_t Engine::blocks_within_budget(int64_t blocks_per_sequence, uint64_t block_bytes) {
+    // The scratch is measured on graphs over a pool of one context, standing in for the real one (which only
+    // changes where the graphs' KV leaves point).
+    const auto mib = [](uint64_t bytes) { return fmt::format("{} MiB", (bytes + (1 << 19)) >> 20); };
+    kv_ = std::make_unique<KvCache>(*backend_, model_->layers(), static_cast<int32_t>(blocks_per_sequence),
+                                    options_.block_size, options_.kv_type);
+    const uint64_t scratch = step_scratch(blocks_per_sequence);
+    graphs_.clear();
+    graph_order_.clear();
+    kv_.reset();
+    const uint64_t weights = weights_->device_bytes();
+    const uint64_t budget = options_.memory_budget;
+    if (weights + scratch + block_bytes > budget) {
+        throw Error("a memory budget of " + mib(budget) + " does not hold this model: its weights take " + mib(weights) +
+                    " and a step's scratch " + mib(scratch) + ", which leaves no room for one KV block of " +
+                    std::to_string(block_bytes) + " bytes");
+    }
+    const int64_t n_blocks = std::min(static_cast<int64_t>((budget - weights - scratch) / block_bytes),
+                                      max_slots / options_.block_size);
+    const int64_t tokens = n_blocks * options_.block_size;
+    const bool shrinks = tokens < options_.context_length;
+    if (shrinks) options_.context_length = static_cast<int32_t>(tokens);
+    spdlog::info("memory budget {}: weights {}, step scratch {}, KV pool {} ({} tokens of {} bytes){}", mib(budget),
+                 mib(weights), mib(scratch), mib(static_cast<uint64_t>(n_blocks) * block_bytes), tokens,
+                 block_bytes / static_cast<uint64_t>(options_.block_size), shrinks ? "; the context shrinks to that" : "");
+    return n_blocks;
 }
 
 Engine::~Engine() = default;
@@ -76,6 +142,13 @@ void Engine::release_sequence(int32_t sequence) {
     shrink(s, 0);
     if (s.state_slot >= 0) states_->release(s.state_slot);
     s = Sequence{};
+    give_back_kv();
+}
+
+void Engine::give_back_kv() {
+    // Free blocks enough for one whole context stay committed: a finished conversation keeps its prefix cache
+    // for the next turn, and a new session starts without committing.
+    kv_->give_back((options_.context_length + options_.block_size - 1) / options_.block_size);
 }
 
 int32_t Engine::fork_sequence(int32_t sequence) {
@@ -87,6 +160,7 @@ int32_t Engine::fork_sequence(int32_t sequence) {
     c.state_slot = slot;
     if (slot >= 0) states_->copy(sequences_[static_cast<size_t>(sequence)].state_slot, slot);
     for (int32_t b : c.pages.blocks) kv_->pool().retain(b);
+    for (size_t i = static_cast<size_t>(c.window_first); i < c.pages.blocks.size(); ++i) hold_window(c.pages.blocks[i]);
     return child;
 }
 
@@ -106,6 +180,19 @@ int32_t Engine::truncate(int32_t sequence, int32_t n) {
     }
     if (s.length <= s.embedded_from) s.embedded_from = std::numeric_limits<int32_t>::max();
     shrink(s, s.length);
+    // Taking back more tokens than the window's slack reaches blocks whose window rows are gone: the window of
+    // the shorter sequence must be whole, or it starts over.
+    const int32_t first = std::min(first_in_window(s.length), s.window_first);
+    bool whole = true;
+    for (int32_t i = first; i < s.window_first; ++i) whole = whole && !kv_->window_rows_released(s.pages.blocks[static_cast<size_t>(i)]);
+    if (!whole) {
+        s.length = 0;
+        shrink(s, 0);
+    } else {
+        for (int32_t i = first; i < s.window_first; ++i) hold_window(s.pages.blocks[static_cast<size_t>(i)]);
+        s.window_first = first;
+    }
+    give_back_kv();
     return s.length;
 }
 
@@ -133,6 +220,16 @@ int32_t Engine::reuse_prefix(int32_t sequence, std::span<const int32_t> prompt) 
                         prompt.begin() + static_cast<ptrdiff_t>(start + bs));
     }
     s.length = static_cast<int32_t>(s.tokens.size());
+    for (int32_t b : s.pages.blocks) hold_window(b);
+    // A cached prefix whose window rows are gone where this sequence will still read them is no use.
+    for (size_t i = static_cast<size_t>(first_in_window(s.length)); i < s.pages.blocks.size(); ++i) {
+        if (kv_->window_rows_released(s.pages.blocks[i])) {
+            s.length = 0;
+            shrink(s, 0);
+            return 0;
+        }
+    }
+    advance_window(s);
     prefix_hit_tokens_ += s.length;
     prefix_hit_blocks_ += static_cast<int64_t>(s.pages.blocks.size());
     return s.length;
@@ -154,11 +251,13 @@ bool Engine::reserve(Sequence& s, int32_t n_positions) {
         // The next token lands in the last block, which must become this sequence's own before it changes.
         int32_t& last = s.pages.blocks.back();
         if (pool.references(last) > 1) {
-            const int32_t copy = pool.allocate();
+            const int32_t copy = kv_->allocate();
             if (copy < 0) return false;
             kv_->copy_block(last, copy);
+            drop_window(last, true);
             pool.release(last);
             last = copy;
+            hold_window(copy);
             ++copied_blocks_;
         } else {
             pool.unpublish(last);
@@ -167,15 +266,17 @@ bool Engine::reserve(Sequence& s, int32_t n_positions) {
     const size_t needed = static_cast<size_t>((n_positions + bs - 1) / bs);
     const size_t had = s.pages.blocks.size();
     while (s.pages.blocks.size() < needed) {
-        const int32_t b = pool.allocate();
+        const int32_t b = kv_->allocate();
         if (b < 0) {
             while (s.pages.blocks.size() > had) {
+                drop_window(s.pages.blocks.back(), false);
                 pool.release(s.pages.blocks.back());
                 s.pages.blocks.pop_back();
             }
             return false;
         }
         s.pages.blocks.push_back(b);
+        hold_window(b);
     }
     return true;
 }
@@ -184,9 +285,12 @@ void Engine::shrink(Sequence& s, int32_t n_positions) {
     const int32_t bs = options_.block_size;
     const size_t needed = static_cast<size_t>((n_positions + bs - 1) / bs);
     while (s.pages.blocks.size() > needed) {
-        kv_->pool().release(s.pages.blocks.back());
+        const int32_t b = s.pages.blocks.back();
+        if (static_cast<int32_t>(s.pages.blocks.size()) > s.window_first) drop_window(b, kv_->pool().references(b) > 1);
+        kv_->pool().release(b);
         s.pages.blocks.pop_back();
     }
+    s.window_first = std::min(s.window_first, static_cast<int32_t>(s.pages.blocks.size()));
     s.tokens.resize(std::min(s.tokens.size(), static_cast<size_t>(n_positions)));
     s.hashes.resize(std::min(s.hashes.size(), static_cast<size_t>(n_positions / bs)));
 }
@@ -207,6 +311,9 @@ KvStats Engine::kv_stats() const {
     st.blocks = pool.n_blocks();
     st.free = pool.n_free();
     st.used = st.blocks - st.free;
+    st.committed = pool.n_committed();
+    st.committed_bytes = kv_->committed_bytes();
+    st.window_released = kv_->n_window_released();
     st.cached = pool.n_cached();
     st.prefix_hit_tokens = prefix_hit_tokens_;
     st.prefix_hit_blocks = prefix_hit_blocks_;
@@ -296,6 +403,7 @@ void Engine::step(std::span<const Work> work, std::vector<float>& logits) {
         s.length += static_cast<int32_t>(w.tokens.size());
         s.tokens.insert(s.tokens.end(), w.tokens.begin(), w.tokens.end());
         publish_full_blocks(s);
+        advance_window(s);
     }
 }
 

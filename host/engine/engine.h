@@ -28,17 +28,33 @@ struct EngineOptions {
     int32_t block_size = 16;       // token slots per KV block
     int32_t max_sequences = 1;     // without a KV budget: sequences that must fit at full context at once
     uint64_t kv_memory = 0;        // KV pool size in bytes; 0: sized by max_sequences
+    // Bytes for weights, scratch and KV pool together (0: none): the pool gets what the weights and the scratch
+    // of a step of max_step_tokens leave, and the context shrinks to what the pool holds.
+    uint64_t memory_budget = 0;
+    int32_t max_step_tokens = 256;
     cellm_dtype kv_type = CELLM_TYPE_F16;
     bool prefix_cache = true;      // publish full blocks so identical prompt prefixes are reused
+    // Give back the rows of sliding-window layers behind every holder's window (KvCache::release_window_rows).
+    bool release_window = true;
 };
 
 // What the KV pool holds right now, and what its sharing has saved.
 struct KvStats {
     int32_t blocks = 0, used = 0, free = 0;
+    int32_t committed = 0;            // blocks with memory behind them (all, where the backend commits at once)
+    int32_t window_released = 0;      // blocks whose sliding-window layers' rows went back
+    uint64_t committed_bytes = 0;
     int32_t cached = 0;               // blocks findable by content (in use or free)
     int64_t prefix_hit_tokens = 0;    // prompt tokens taken from the cache instead of computed
     int64_t prefix_hit_blocks = 0;
     int64_t copied_blocks = 0;        // copy-on-write copies
+};
+
+// Where the engine's memory goes, measured at load.
+struct MemorySplit {
+    uint64_t weights = 0;  // what the backend reads weights from, mapped or uploaded
+    uint64_t scratch = 0;  // what the backend says the largest step needs beside its buffers (0: it does not say)
+    uint64_t kv_pool = 0;  // the KV pool at full use (committed as blocks come into use on the CPU backends)
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -95,6 +111,7 @@ public:
     const StatePool& state_pool() const { return *states_; }
     KvStats kv_stats() const;
     const WeightStore& weights() const { return *weights_; }
+    const MemorySplit& memory() const { return memory_; }
     const Model& model() const { return *model_; }
     Backend& backend() const { return *backend_; }
 
@@ -109,12 +126,30 @@ private:
         // their keys and values depend on more than the tokens (an image token's on its image).
         int32_t embedded_from = std::numeric_limits<int32_t>::max();
         int32_t state_slot = -1;         // in states_, for a model with recurrent layers
+        // Blocks before this index are behind the sliding window for this sequence (and no longer counted in
+        // in_window_); 0 for a model without one.
+        int32_t window_first = 0;
     };
     Sequence& live_sequence(int32_t sequence);
     const Sequence& live_sequence(int32_t sequence) const;
     // Makes the page table cover `n_positions`, copying a shared last block first; false when out of blocks.
     bool reserve(Sequence& s, int32_t n_positions);
     void shrink(Sequence& s, int32_t n_positions);
+    // Prepares the graphs of the largest step (max_step_tokens over a whole context) and of one decode token,
+    // and returns the scratch the backend then says it needs.
+    uint64_t step_scratch(int64_t blocks_per_sequence);
+    // The KV pool's size under options_.memory_budget; shrinks the context when the pool holds less.
+    int64_t blocks_within_budget(int64_t blocks_per_sequence, uint64_t block_bytes);
+    // Returns KV memory that free blocks no longer need (KvCache::give_back).
+    void give_back_kv();
+    // Sliding windows: whether no query at `length` or later reads the window rows of a sequence's block
+    // `index` (with a few blocks of slack, so that a turn that takes back its last tokens keeps its window);
+    // the first index that is not; and the bookkeeping as a sequence takes, drops and leaves behind blocks.
+    bool behind_window(int32_t index, int32_t length) const;
+    int32_t first_in_window(int32_t length) const;
+    void hold_window(int32_t block) { if (window_ > 0) ++in_window_[static_cast<size_t>(block)]; }
+    void drop_window(int32_t block, bool still_held);
+    void advance_window(Sequence& s);
     void publish_full_blocks(Sequence& s);
     StepGraph& graph_for(const cellm_batch_shape& shape);
     void run_step(std::span<const Work> work, int32_t n_tokens, int32_t n_outputs, int32_t max_blocks,
@@ -126,6 +161,9 @@ private:
     std::unique_ptr<WeightStore> weights_;
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<StatePool> states_;  // one slot per sequence that may be live at once (max_sequences)
+    MemorySplit memory_;
+    int32_t window_ = 0;              // KvCache::window() when options_.release_window, else 0
+    std::vector<int32_t> in_window_;  // per block: sequences holding it that may still read its window rows
     std::vector<Sequence> sequences_;
     // Prepared graphs by (n_tokens, n_seqs, n_outputs, max_blocks, n_embd_rows), least recently used evicted
     // past a bound.

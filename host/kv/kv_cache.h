@@ -1,6 +1,12 @@
 // The paged KV cache's storage: K and V of every layer for every block of the pool, in one backend buffer. Each
 // layer's rows have that layer's width (a layer may have none: it reads another layer's pools, or keeps a
 // recurrent state). An I8 (q8) cache also holds each pool's scales (graph.h): one per token and KV head.
+//
+// On a backend that commits memory on request (buffer_commit, the CPU backends) the pool starts with no memory
+// behind it: blocks are committed a chunk ahead of need, so the steps that write them take no page faults,
+// and whole free chunks at the top are given back, so resident memory follows the tokens held. There, too, the
+// rows of sliding-window layers that no query can read any more go back (the engine says which blocks, as
+// sequences move on): for Gemma 3, 5 of every 6 layers then hold only their window of a long context.
 #pragma once
 
 #include "plugin/backend.h"
@@ -29,6 +35,25 @@ public:
     cellm_tensor_desc tensor(int32_t layer, int32_t kind) const;
     // Kinds of pool per layer: K and V, and their scales in an I8 cache.
     int32_t n_kinds() const { return type_ == CELLM_TYPE_I8 ? 4 : 2; }
+    // A block for a sequence (BlockPool::allocate), committing the next chunk first when few committed blocks
+    // are left; -1 when the pool is full.
+    int32_t allocate();
+    // Gives back the memory of free chunks at the top of the pool while more than `keep_free` committed blocks
+    // stay free, moving the cached content they hold into free blocks below where it is newer than what
+    // those hold (the rest is forgotten). Cheap when there is nothing to give back.
+    void give_back(int32_t keep_free);
+    // Bytes with memory behind them: bytes() on a backend that commits everything at once.
+    uint64_t committed_bytes() const;
+
+    // The longest sliding window of the layers that have one, when their rows can be given back (the backend
+    // commits memory on request); 0 otherwise.
+    int32_t window() const { return window_; }
+    // Gives back the windowed layers' rows of `block`, which no query of those layers will read again. Its
+    // other layers' rows stay. Taking the block for new content (allocate) commits them again.
+    void release_window_rows(int32_t block);
+    bool window_rows_released(int32_t block) const { return window_released_[static_cast<size_t>(block)]; }
+    int32_t n_window_released() const { return n_window_released_; }
+
     BlockPool& pool() { return pool_; }
     const BlockPool& pool() const { return pool_; }
     int32_t block_size() const { return block_size_; }
@@ -43,6 +68,10 @@ public:
     void copy_block(int32_t from, int32_t to);
 
 private:
+    // Commits (or gives back) the memory of blocks [first, end) in every pool, or only in the windowed layers'.
+    void set_resident(int32_t first, int32_t end, bool resident, bool windowed_only = false);
+    void restore_window_rows(int32_t block);
+
     // Where one layer's four pools start in the buffer (the scale pools only in an I8 cache).
     struct Placement {
         uint64_t offset[4] = {};
@@ -56,6 +85,11 @@ private:
     int64_t n_slots_;
     BlockPool pool_;
     std::unique_ptr<DeviceBuffer> buffer_;
+    decltype(cellm_backend_iface::buffer_commit) commit_ = nullptr;  // null: all committed at allocation
+    int32_t chunk_blocks_;  // blocks committed or given back at once
+    int32_t window_ = 0;
+    std::vector<bool> window_released_;  // per block
+    int32_t n_window_released_ = 0;
     std::vector<uint8_t> scratch_;  // one block of one pool, on its way through host memory
 };
 

@@ -60,13 +60,17 @@ void Model::read_layers(const std::string& where) {
     const bool per_layer = desc.abi_minor >= 2 &&
                            iface->struct_size >= offsetof(cellm_arch_iface, get_layer_info) + sizeof(iface->get_layer_info) &&
                            iface->get_layer_info != nullptr;
-    layers_.assign(static_cast<size_t>(info_.n_layer), cellm_arch_layer_info{sizeof(cellm_arch_layer_info), info_.kv_dim, info_.n_head_kv, {0, 0}});
+    layers_.assign(static_cast<size_t>(info_.n_layer), cellm_arch_layer_info{sizeof(cellm_arch_layer_info), info_.kv_dim, info_.n_head_kv, {0, 0}, 0});
     for (int32_t il = 0; per_layer && il < info_.n_layer; ++il) {
         cellm_arch_layer_info& layer = layers_[static_cast<size_t>(il)];
         check(iface->get_layer_info(arch_model_, il, &layer), where);
         if (layer.kv_dim < 0 || layer.kv_dim > (1 << 20) || layer.n_head_kv < 0 || layer.n_head_kv > layer.kv_dim) {
             throw Error(where + ": the arch reports layer " + std::to_string(il) + " with a K/V row of " +
                         std::to_string(layer.kv_dim) + " values in " + std::to_string(layer.n_head_kv) + " heads");
+        }
+        if (layer.window < 0) {
+            throw Error(where + ": the arch reports layer " + std::to_string(il) + " with a sliding window of " +
+                        std::to_string(layer.window) + " positions");
         }
         for (int32_t size : layer.state_size) {
             if (size < 0 || size > (1 << 26)) {

@@ -3,6 +3,8 @@
 #include "error.h"
 #include "plugin/host_api.h"
 
+#include <cstddef>
+
 namespace cellm {
 
 Backend::Backend(const Plugin& plugin, const OptionList& options) : plugin_(&plugin), iface_(plugin.backend()) {
@@ -20,6 +22,18 @@ Backend::Backend(const Plugin& plugin, const OptionList& options) : plugin_(&plu
 }
 
 Backend::~Backend() { iface_->destroy(handle_); }
+
+uint64_t Backend::scratch_bytes() const {
+    cellm_backend_info info{};
+    info.struct_size = sizeof(info);
+    check(iface_->get_info(handle_, &info), std::string("backend '") + plugin_->name() + "'");
+    return info.scratch_bytes;  // a plugin of an older minor leaves it 0
+}
+
+decltype(cellm_backend_iface::buffer_commit) Backend::buffer_commit() const {
+    if (iface_->struct_size < offsetof(cellm_backend_iface, buffer_commit) + sizeof(iface_->buffer_commit)) return nullptr;
+    return iface_->buffer_commit;
+}
 
 DeviceBuffer::~DeviceBuffer() { backend_->iface().buffer_free(backend_->handle(), buffer_); }
 

@@ -27,6 +27,10 @@ public:
     const cellm_backend_info& info() const { return info_; }
     const char* name() const { return plugin_->name(); }
     const Plugin& plugin() const { return *plugin_; }
+    // cellm_backend_info.scratch_bytes now (it grows as plans are prepared); 0 when the plugin does not say.
+    uint64_t scratch_bytes() const;
+    // The plugin's buffer_commit (ABI 1.4), or nullptr when its table has none.
+    decltype(cellm_backend_iface::buffer_commit) buffer_commit() const;
 
 private:
     const Plugin* plugin_;

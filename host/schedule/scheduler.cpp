@@ -66,7 +66,7 @@ void Scheduler::submit(SessionId id, std::vector<int32_t> prompt, std::shared_pt
     const int32_t blocks = (n + 1 + block_size - 1) / block_size;  // the prompt and the first generated token
     if (blocks > kv.blocks) {
         throw PromptTooLongError(who + ": the prompt needs " + std::to_string(blocks) + " KV blocks but the whole pool has " +
-                    std::to_string(kv.blocks) + " (raise [context].kv_memory_mib)");
+                    std::to_string(kv.blocks) + " (raise [context].kv_memory_mib or memory_budget_mib)");
     }
     if (embeddings != nullptr && !embeddings->positions.empty()) {
         if (!engine_.model().vision()) throw Error(who + ": the model takes no images");

@@ -422,6 +422,20 @@ cellm_result cellm_engine_open(const cellm_engine_options* options, cellm_engine
             o.precision != nullptr) {
             m.backend.options["precision"] = o.precision;
         }
+        if (o.struct_size >= offsetof(cellm_engine_options, memory_budget_mib) + sizeof(o.memory_budget_mib)) {
+            if (o.kv_type != nullptr) {
+                try {
+                    m.context.kv_type = cellm::check_kv_type(o.kv_type);
+                } catch (const Error& e) {
+                    throw ArgumentError(e.what());
+                }
+            }
+            if (o.memory_budget_mib < 0) throw ArgumentError("memory_budget_mib must be >= 0 (0 keeps the manifest's)");
+            if (o.memory_budget_mib > 0) {
+                m.context.memory_budget_mib = o.memory_budget_mib;
+                m.context.kv_memory_mib = 0;  // the budget sizes the pool
+            }
+        }
         if (o.backend != nullptr) m.backend.name = o.backend;
         if (o.threads > 0) m.backend.threads = o.threads;
         if (o.context_length > 0) m.context.length = o.context_length;
@@ -467,6 +481,11 @@ cellm_result cellm_engine_get_info(const cellm_engine* engine, cellm_engine_info
         if (out.struct_size >= offsetof(cellm_engine_info, model_takes_images) + sizeof(out.model_takes_images)) {
             out.model_takes_images = core.runtime().model().vision() ? 1 : 0;
         }
+        if (out.struct_size >= offsetof(cellm_engine_info, kv_pool_bytes) + sizeof(out.kv_pool_bytes)) {
+            out.weights_bytes = static_cast<int64_t>(e.memory().weights);
+            out.scratch_bytes = static_cast<int64_t>(e.memory().scratch);
+            out.kv_pool_bytes = static_cast<int64_t>(e.memory().kv_pool);
+        }
     });
 }
 
@@ -487,6 +506,9 @@ cellm_result cellm_engine_get_stats(cellm_engine* engine, cellm_engine_stats* st
         out.batched_tokens = st.batched_tokens;
         out.preemptions = st.preemptions;
         out.copied_blocks = st.kv.copied_blocks;
+        if (out.struct_size >= offsetof(cellm_engine_stats, kv_bytes_committed) + sizeof(out.kv_bytes_committed)) {
+            out.kv_bytes_committed = static_cast<int64_t>(st.kv.committed_bytes);
+        }
     });
 }
 
@@ -535,6 +557,40 @@ cellm_result cellm_list_backends(const char* plugin_path, cellm_backend_fn fn, v
         registry.discover(extra);
         for (const cellm::Plugin* p : registry.plugins(CELLM_PLUGIN_BACKEND)) {
             fn(p->name(), p->desc->description != nullptr ? p->desc->description : "", user_data);
+        }
+    });
+}
+
+cellm_result cellm_engine_evaluate(cellm_engine* engine, const int32_t* tokens, size_t n_tokens, int32_t first_position,
+                                   cellm_logits_fn fn, void* user_data) {
+    return guarded([&] {
+        // Its own reference: the core outlives a close that comes while the steps run.
+        const std::shared_ptr<EngineCore> core = require(engine, "engine").core;
+        require(fn, "fn");
+        if (n_tokens > 0) require(tokens, "tokens");
+        if (core->closed()) throw cellm::sdk::ClosedError("the engine was closed");
+        if (n_tokens == 0) throw PromptError("no tokens to evaluate");
+        const int32_t n_vocab = core->tokenizer().n_vocab();
+        for (size_t i = 0; i < n_tokens; ++i) {
+            if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+                throw PromptError("token " + std::to_string(i) + " (id " + std::to_string(tokens[i]) +
+                                  ") is outside the vocabulary of " + std::to_string(n_vocab));
+            }
+        }
+        const int32_t context = core->runtime().engine().context_length();
+        if (n_tokens > static_cast<size_t>(context)) {
+            throw TooLongError(std::to_string(n_tokens) + " tokens are more than the context length " +
+                               std::to_string(context));
+        }
+        if (first_position < 0 || static_cast<size_t>(first_position) >= n_tokens) {
+            throw ArgumentError("first_position " + std::to_string(first_position) + " is outside [0, " +
+                                std::to_string(n_tokens) + ")");
+        }
+        try {
+            core->evaluate(std::span<const int32_t>(tokens, n_tokens), first_position,
+                           [&](int32_t position, const float* logits) { fn(position, logits, n_vocab, user_data); });
+        } catch (const cellm::PromptTooLongError& e) {
+            throw TooLongError(e.what());
         }
     });
 }

@@ -339,6 +339,79 @@ void EngineCore::submit_images(SessionId id, const std::string& text, std::span<
     work_ = true;
 }
 
+void EngineCore::evaluate(std::span<const int32_t> tokens, int32_t first,
+                          const std::function<void(int32_t position, const float* logits)>& on_logits) {
+    if (std::this_thread::get_id() == thread_.get_id()) {
+        throw Error("cellm_engine_evaluate cannot run in an event callback");
+    }
+    const auto n = static_cast<int32_t>(tokens.size());
+    const int32_t step_tokens = manifest_.scheduler.token_budget;
+    // Valid while the engine is open, which every use below checks under the lock first.
+    Engine* engine = nullptr;
+    // Room for the whole sequence at the start, or a clear no; blocks are then taken step by step, as a prompt's are.
+    const auto check_room = [&](int32_t sequence, int32_t more) {
+        const int32_t need = engine->blocks_needed(sequence, more);
+        const KvStats kv = engine->kv_stats();
+        if (more == n && need > kv.blocks) {
+            throw PromptTooLongError(std::to_string(n) + " tokens need " + std::to_string(need) +
+                                     " KV blocks; the whole pool has " + std::to_string(kv.blocks));
+        }
+        if (need > kv.free) {
+            throw BusyError("the KV pool has " + std::to_string(kv.free) + " free blocks and the next " +
+                            std::to_string(more) + " tokens need " + std::to_string(need) +
+                            ": sessions hold the rest");
+        }
+    };
+    int32_t sequence = -1;
+    {
+        Lock lock(*this);
+        check_open();
+        engine = &runtime_->engine();
+        if (!engine->can_create_sequence()) throw BusyError("every recurrent-state slot is held by a session");
+        sequence = engine->create_sequence();
+        try {
+            check_room(sequence, n);
+        } catch (...) {
+            engine->release_sequence(sequence);
+            throw;
+        }
+    }
+    const auto n_vocab = static_cast<size_t>(engine->n_vocab());
+    // The sequence goes back under the lock, and only while the engine is open: close() frees it with the rest.
+    const auto release = [&] {
+        Lock lock(*this);
+        if (closed_) return;
+        engine->release_sequence(sequence);
+        work_ = true;  // a waiting session may fit in the blocks given back
+    };
+    std::vector<float> logits;
+    try {
+        for (int32_t at = 0; at < n;) {
+            // Steps end at `first` too, so that no step before it computes logits.
+            const int32_t end = std::min(at < first ? first : n, at + step_tokens);
+            const bool wanted = at >= first;
+            {
+                Lock lock(*this);
+                check_open();
+                check_room(sequence, end - at);
+                const auto step = tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(end - at));
+                const Engine::Work work{sequence, step, wanted ? LogitsWanted::All : LogitsWanted::None};
+                engine->step({&work, 1}, logits);
+            }
+            if (wanted) {
+                for (int32_t i = 0; i < end - at; ++i) {
+                    on_logits(at + i, logits.data() + static_cast<size_t>(i) * n_vocab);
+                }
+            }
+            at = end;
+        }
+    } catch (...) {
+        release();
+        throw;
+    }
+    release();
+}
+
 void EngineCore::begin_tool_turn(SessionId id) {
     tool_turns_.erase(id);
     const auto& tools = scheduler_->session(id).options().tools;

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,12 @@ public:
         cellm_finish_reason finish_reason = CELLM_FINISH_NONE;
     };
     Answer answer(SessionId id);
+    // cellm_engine_evaluate: `tokens` as a fresh sequence of the engine's own, in steps of at most the token budget,
+    // each under the lock; `on_logits` gets each position's row from `first` on, between the steps, without the
+    // lock. The caller checked tokens, context length and `first`. Throws BusyError when the pool (or the state
+    // pool) has no room now, PromptTooLongError when the whole pool could never hold the sequence.
+    void evaluate(std::span<const int32_t> tokens, int32_t first,
+                  const std::function<void(int32_t position, const float* logits)>& on_logits);
 
 private:
     // Holds the scheduler: taken by callers on their own thread, and a no-op on the scheduler thread, which

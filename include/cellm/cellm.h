@@ -32,7 +32,7 @@ extern "C" {
 #endif
 
 #define CELLM_SDK_VERSION_MAJOR 1
-#define CELLM_SDK_VERSION_MINOR 5
+#define CELLM_SDK_VERSION_MINOR 6
 
 #if defined(_WIN32)
 #define CELLM_API __declspec(dllexport)
@@ -96,6 +96,11 @@ typedef struct cellm_engine_options {
     const char* precision;   /* [backend].precision: "exact" (the scalar reference's results, bit for bit) or
                                 "fast" (other summation orders, within the bounds the backend's docs write);
                                 the backend checks the value */
+    /* Since 1.6. */
+    const char* kv_type;       /* [context].kv_type: "f32", "f16" or "q8" */
+    int32_t memory_budget_mib; /* [context].memory_budget_mib: memory for weights, scratch and KV cache together;
+                                  the KV pool (and, when it holds less, the context) is sized from what the
+                                  weights and scratch leave (docs/memory.md) */
 } cellm_engine_options;
 
 /* Zeroes the `size` bytes of *options and sets struct_size to `size`. Call it through the macro below, which passes
@@ -134,6 +139,11 @@ typedef struct cellm_engine_info {
     int32_t model_has_chat_template; /* the model file carries its own chat template (tokenizer.chat_template) */
     /* Since 1.1 (read it only when struct_size covers it). */
     int32_t model_takes_images;      /* cellm_session_submit_*_images work: the model has a vision encoder */
+    /* Since 1.6. Where the memory goes, measured at load (docs/memory.md). */
+    int64_t weights_bytes;  /* what the backend reads the weights from, mapped from the file or uploaded */
+    int64_t scratch_bytes;  /* what the backend needs beside that for the largest step; 0 when it does not say */
+    int64_t kv_pool_bytes;  /* the KV pool when every block is in use; the CPU backends commit it as blocks come
+                               into use and give free chunks back (cellm_engine_stats.kv_bytes_committed) */
 } cellm_engine_info;
 
 CELLM_API cellm_result cellm_engine_get_info(const cellm_engine* engine, cellm_engine_info* info);
@@ -149,6 +159,8 @@ typedef struct cellm_engine_stats {
     int64_t batched_tokens;    /* tokens computed over all steps */
     int64_t preemptions;
     int64_t copied_blocks;     /* copy-on-write copies of shared KV blocks */
+    /* Since 1.6. */
+    int64_t kv_bytes_committed; /* KV pool bytes with memory behind them now */
 } cellm_engine_stats;
 
 /* A snapshot between two steps. */
@@ -395,6 +407,29 @@ CELLM_API cellm_result cellm_session_get_logprobs(cellm_session* session, const 
 /* Cancels the running turn, frees the session's KV blocks and the handle. NULL is ignored. Not from inside this
  * session's own callback. */
 CELLM_API void cellm_session_destroy(cellm_session* session);
+
+/* ---- Logits of a token sequence ---------------------------------------------------------------------- */
+
+/* Since 1.6. Receives one position's logits from cellm_engine_evaluate: `logits` holds n_vocab floats, the model's
+ * raw scores (before bias, penalties, grammar and sampling) for the token that follows tokens[position]. Owned by
+ * the library and valid during the call only: copy what you keep. */
+typedef void (*cellm_logits_fn)(int32_t position, const float* logits, int32_t n_vocab, void* user_data);
+
+/* Since 1.6. Runs `tokens` through the model as a fresh sequence of its own, as a prompt is computed but without
+ * sampling, and calls `fn` with the logits of every position from first_position on, in order (positions before
+ * it are computed as context only). The sequence takes KV blocks from the pool for the duration of the call and
+ * gives them back before returning; it reuses no cached prefix and touches no session's blocks. It runs in steps
+ * of at most [scheduler].token_budget tokens, each taken between two scheduler steps, so running sessions go on
+ * between them and wait at most one such step. `tokens` are borrowed for the call; `user_data` goes to fn.
+ * Threads: any thread, several at once, but not the scheduler's (an event callback). fn runs on the calling
+ * thread with no lock of the engine held, so it may call any cellm function, this engine's included, except
+ * cellm_engine_close: the engine must stay open until the call returns.
+ * Errors: CELLM_E_PROMPT for no tokens or an id outside the vocabulary; CELLM_E_TOO_LONG for more tokens than the
+ * context length or KV blocks than the whole pool; CELLM_E_INVALID_ARGUMENT for a NULL fn or a first_position
+ * outside [0, n_tokens); CELLM_E_BUSY when sessions hold the KV blocks (or, for a model with recurrent layers, the
+ * state slot) it needs, at its start or between two of its steps. The calls of fn made before a failure stand. */
+CELLM_API cellm_result cellm_engine_evaluate(cellm_engine* engine, const int32_t* tokens, size_t n_tokens,
+                                             int32_t first_position, cellm_logits_fn fn, void* user_data);
 
 #ifdef __cplusplus
 }

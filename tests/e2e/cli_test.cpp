@@ -84,6 +84,11 @@ TEST(Cli, RunsAModelFileWithoutAManifest) {
         SCOPED_TRACE(command);
         expect_one_error_line(run_host(command), "give --model FILE");
     }
+    for (const char* command : {"run --prompt hi", "serve", "bench"}) {
+        SCOPED_TRACE(command);
+        expect_one_error_line(run_host(std::string(command) + " --memory-budget 1 --model " + shell_quote(model.string())),
+                              "a memory budget of 1 MiB does not hold this model");
+    }
 }
 
 // Without a manifest the file's own sampling advice (llama.cpp's general.sampling.* keys) is the default: a file

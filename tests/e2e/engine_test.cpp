@@ -245,6 +245,98 @@ TEST(Engine, AFailedStepGivesItsBlocksBack) {
     EXPECT_EQ(s.engine->kv_cache().pool().n_free(), free_before);
 }
 
+// Logits of `tokens` computed whole on a fresh sequence, which is then released.
+std::vector<float> last_logits(Engine& engine, std::span<const int32_t> tokens) {
+    const int32_t seq = engine.create_sequence();
+    std::vector<float> logits;
+    const Engine::Work work{seq, tokens, LogitsWanted::Last};
+    engine.step({&work, 1}, logits);
+    engine.release_sequence(seq);
+    return logits;
+}
+
+class KvMemory : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(KvMemory, IsCommittedAsBlocksComeIntoUseAndGivenBackWhenFree) {
+    // 8 sequences of 256 positions in blocks of 4: 512 blocks, committed 64 (256 tokens) at a time.
+    Stack s = make_stack(synthetic_model(CELLM_TYPE_F16), GetParam(), options_with(CELLM_TYPE_F16, 256, 8));
+    Engine& e = *s.engine;
+    ASSERT_EQ(e.kv_stats().blocks, 512);
+    EXPECT_EQ(e.kv_stats().committed, 0) << "nothing is committed before the first block is taken";
+    EXPECT_EQ(e.kv_stats().free, 512) << "uncommitted blocks are free to the scheduler";
+
+    const auto prompt = sample_tokens(20, 21);
+    const std::vector<float> fresh = last_logits(e, prompt);
+    EXPECT_EQ(e.kv_stats().committed, 64);
+
+    // Seven long sequences take 350 blocks: the pool grows a chunk at a time, ahead of need.
+    std::vector<int32_t> seqs;
+    std::vector<float> logits;
+    for (int i = 0; i < 7; ++i) {
+        seqs.push_back(e.create_sequence());
+        const auto tokens = sample_tokens(200, 30 + i);
+        const Engine::Work w{seqs.back(), tokens, LogitsWanted::Last};
+        e.step({&w, 1}, logits);
+        const KvStats st = e.kv_stats();
+        EXPECT_GE(st.committed - st.used, 0);
+        EXPECT_EQ(st.committed % 64, 0);
+    }
+    EXPECT_GE(e.kv_stats().committed, 350);
+    EXPECT_LT(e.kv_stats().committed, 512) << "committed beyond a chunk of headroom";
+
+    // Released, the pool gives back all but a context's worth of free blocks (64) and a chunk of headroom.
+    for (int32_t seq : seqs) e.release_sequence(seq);
+    EXPECT_EQ(e.kv_stats().used, 0);
+    EXPECT_LE(e.kv_stats().committed, 128);
+    EXPECT_GE(e.kv_stats().committed, 64);
+
+    // Memory given back and committed again computes as before, and the prompt's prefix is still cached
+    // where it was moved to.
+    for (int i = 0; i < 7; ++i) {
+        seqs[static_cast<size_t>(i)] = e.create_sequence();
+        const auto tokens = sample_tokens(200, 60 + i);
+        const Engine::Work w{seqs[static_cast<size_t>(i)], tokens, LogitsWanted::Last};
+        e.step({&w, 1}, logits);
+    }
+    const std::vector<float> again = last_logits(e, prompt);
+    EXPECT_EQ(again, fresh);
+    const int32_t seq = e.create_sequence();
+    EXPECT_EQ(e.reuse_prefix(seq, prompt), 16) << "the 4 full blocks of the prompt's prefix";
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuBackends, KvMemory, ::testing::Values("scalar", "openblas"));
+
+TEST(Engine, AMemoryBudgetSizesThePoolAndTheContextFromWhatWeightsAndScratchLeave) {
+    const auto model = synthetic_model(CELLM_TYPE_Q8_0);
+    const MemorySplit unbudgeted = make_stack(model, "openblas", options_with(CELLM_TYPE_F16)).engine->memory();
+    ASSERT_GT(unbudgeted.weights, 0u);
+    ASSERT_GT(unbudgeted.scratch, 0u) << "the CPU backends say what their largest step needs";
+
+    EngineOptions o = options_with(CELLM_TYPE_F16, 256, 4);
+    Stack probe = make_stack(model, "openblas", o);
+    const uint64_t block = probe.engine->kv_cache().bytes_per_token() * 4;
+    // Room for 10 blocks and a half: the pool takes 10, and the context shrinks from 256 to their 40 tokens.
+    o.memory_budget = unbudgeted.weights + unbudgeted.scratch + 10 * block + block / 2;
+    Stack s = make_stack(model, "openblas", o);
+    EXPECT_EQ(s.engine->kv_stats().blocks, 10);
+    EXPECT_EQ(s.engine->context_length(), 40);
+    EXPECT_EQ(s.engine->memory().weights, unbudgeted.weights);
+    std::vector<float> logits;
+    const int32_t seq = s.engine->create_sequence();
+    const auto tokens = sample_tokens(40, 3);
+    const Engine::Work w{seq, tokens, LogitsWanted::Last};
+    EXPECT_NO_THROW(s.engine->step({&w, 1}, logits));
+
+    // A budget the weights alone fill is refused with the split in one message.
+    o.memory_budget = unbudgeted.weights;
+    try {
+        make_stack(model, "openblas", o);
+        FAIL() << "a budget below the weights was taken";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("does not hold this model: its weights take"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Generator, SameSeedSameTokensAndGreedyIsDeterministic) {
     Stack s = make_stack(synthetic_model(CELLM_TYPE_Q4_0), "scalar", options_with(CELLM_TYPE_F16));
     GenerationRequest request;

@@ -174,6 +174,69 @@ TEST_P(Gemma3Engine, SequencesBatchedTogetherMatchEachAlone) {
     }
 }
 
+// The local layers' rows behind every holder's window go back to the system: two engines, one that releases
+// them and one that keeps them, run the same sequences (a long prompt, decode, a fork, truncation past the
+// slack, a prefix reused from the cache) and give the same logits bit for bit, since what went back was never
+// read. Where the released engine no longer holds what a truncation or a cached prefix would need, it says so
+// (a shorter length) and those tokens are computed again, by both engines (the same steps, so that openblas sums
+// in the same order).
+TEST_P(Gemma3Engine, SlidingWindowRowsGoBackUnreadAcrossForkTruncationAndPrefixReuse) {
+    const auto path = qwen_model(kPreset, CELLM_TYPE_F32);
+    EngineOptions keep_options = options(3);
+    keep_options.release_window = false;
+    Stack release = make_stack(path, GetParam(), options(3)), keep = make_stack(path, GetParam(), keep_options);
+    ASSERT_EQ(release.engine->kv_cache().window(), 8);
+    Engine* engines[] = {release.engine.get(), keep.engine.get()};
+    const auto tokens = sample_tokens(60, 11);
+
+    // Feeds each engine's sequence the tokens from its length up to `upto` and requires equal logits.
+    std::vector<int32_t> seq(2);
+    auto feed = [&](int32_t upto, const char* what) {
+        std::vector<float> logits[2];
+        for (int e = 0; e < 2; ++e) {
+            const int32_t from = engines[e]->sequence_length(seq[static_cast<size_t>(e)]);
+            const Engine::Work w{seq[static_cast<size_t>(e)],
+                                 std::span<const int32_t>(tokens).subspan(static_cast<size_t>(from), static_cast<size_t>(upto - from)),
+                                 LogitsWanted::Last};
+            engines[e]->step({&w, 1}, logits[e]);
+        }
+        ASSERT_EQ(logits[0], logits[1]) << what << " at " << upto;
+    };
+
+    for (int e = 0; e < 2; ++e) seq[static_cast<size_t>(e)] = engines[e]->create_sequence();
+    feed(36, "a prompt longer than the window");
+    for (int32_t n = 37; n <= 48; ++n) feed(n, "decode");
+    EXPECT_GT(release.engine->kv_stats().window_released, 0) << "no block left the window";
+    EXPECT_EQ(keep.engine->kv_stats().window_released, 0);
+    EXPECT_LT(release.engine->kv_stats().committed_bytes, keep.engine->kv_stats().committed_bytes);
+
+    // A fork goes on from the same blocks; the parent's shared rows go back only once both have passed them.
+    std::vector<int32_t> parent = seq;
+    for (int e = 0; e < 2; ++e) seq[static_cast<size_t>(e)] = engines[e]->fork_sequence(parent[static_cast<size_t>(e)]);
+    for (int32_t n = 49; n <= 56; ++n) feed(n, "the fork's decode");
+
+    // Taking back a few tokens keeps the window (the slack); taking back many restarts where rows are gone.
+    for (int e = 0; e < 2; ++e) EXPECT_EQ(engines[e]->truncate(seq[static_cast<size_t>(e)], 52), 52);
+    feed(56, "after a short truncation");
+    EXPECT_EQ(keep.engine->truncate(seq[1], 20), 20);
+    const int32_t kept = release.engine->truncate(seq[0], 20);
+    EXPECT_LT(kept, 20) << "the window of position 20 was given back";
+    keep.engine->truncate(seq[1], kept);
+    feed(58, "after a long truncation");
+
+    // A cached prefix is taken only where its window rows are all there.
+    for (int e = 0; e < 2; ++e) {
+        engines[e]->release_sequence(parent[static_cast<size_t>(e)]);
+        engines[e]->release_sequence(seq[static_cast<size_t>(e)]);
+        seq[static_cast<size_t>(e)] = engines[e]->create_sequence();
+    }
+    EXPECT_EQ(keep.engine->reuse_prefix(seq[1], std::span<const int32_t>(tokens).first(30)), 28);
+    EXPECT_EQ(release.engine->reuse_prefix(seq[0], std::span<const int32_t>(tokens).first(30)), 0);
+    keep.engine->truncate(seq[1], 0);
+    feed(30, "after a prefix from the cache");
+    feed(60, "a long prompt again");
+}
+
 INSTANTIATE_TEST_SUITE_P(CpuBackends, Gemma3Engine, ::testing::Values("scalar", "openblas"));
 
 }  // namespace

@@ -19,7 +19,7 @@ Backend scalar_backend() {
 }
 
 cellm_arch_layer_info layer(int32_t kv_dim, int32_t n_head_kv) {
-    return {sizeof(cellm_arch_layer_info), kv_dim, n_head_kv, {0, 0}};
+    return {sizeof(cellm_arch_layer_info), kv_dim, n_head_kv, {0, 0}, 0};
 }
 
 const std::vector<cellm_arch_layer_info> kMixed = {layer(64, 2), layer(0, 0), layer(128, 1)};

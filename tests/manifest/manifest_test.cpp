@@ -345,6 +345,8 @@ TEST(ManifestServing, RejectsBadSessionsAndLimits) {
     const std::pair<std::string, std::string> cases[] = {
         {"[context]\nkv_type = \"q4\"\n", "context.kv_type: unknown KV type 'q4'"},
         {"[context]\nkv_memory_mib = 0\n", "context.kv_memory_mib: must be from 1"},
+        {"[context]\nmemory_budget_mib = 0\n", "context.memory_budget_mib: must be from 1"},
+        {"[context]\nkv_memory_mib = 64\nmemory_budget_mib = 300\n", "give memory_budget_mib or kv_memory_mib, not both"},
         {"[context]\nprefix_cache = \"yes\"\n", "context.prefix_cache: expected a boolean"},
         {"[scheduler]\ntoken_budget = 0\n", "scheduler.token_budget: must be from 1"},
         {"[scheduler]\nmax_runing = 2\n", "did you mean 'max_running'"},

@@ -19,7 +19,7 @@ namespace {
 std::filesystem::path tiny_qwen35() { return source_dir() / "tests/data/hf/qwen3_5-tiny"; }
 
 cellm_arch_layer_info layer(int32_t kv_dim, int32_t conv, int32_t recurrence) {
-    return {sizeof(cellm_arch_layer_info), kv_dim, kv_dim > 0 ? 1 : 0, {conv, recurrence}};
+    return {sizeof(cellm_arch_layer_info), kv_dim, kv_dim > 0 ? 1 : 0, {conv, recurrence}, 0};
 }
 
 Backend scalar_backend() {

@@ -1591,6 +1591,116 @@ static void case_tools(void) {
     cellm_engine_close(engine);
 }
 
+/* ---- Evaluate: every position's logits (1.6) ------------------------------------------------------------- */
+
+typedef struct {
+    cellm_engine* engine;
+    int32_t expected_position, calls;
+    const int32_t* next;    /* the token after each position, or NULL */
+    int32_t argmax[MAX_IDS];
+    double log_p_next[MAX_IDS];
+    int64_t steps_seen;     /* from cellm_engine_get_stats inside the callback: the engine is not locked */
+} evaluation;
+
+static void on_logits(int32_t position, const float* logits, int32_t n_vocab, void* user_data) {
+    evaluation* e = user_data;
+    CHECK(position == e->expected_position, "logits of position %d, expected %d", (int)position,
+          (int)e->expected_position);
+    e->expected_position = position + 1;
+    ++e->calls;
+    if (position < 0 || position >= MAX_IDS) return;
+    int32_t best = 0;
+    float max = logits[0];
+    for (int32_t i = 1; i < n_vocab; ++i) {
+        if (logits[i] > max) {
+            max = logits[i];
+            best = i;
+        }
+    }
+    double sum = 0;
+    for (int32_t i = 0; i < n_vocab; ++i) sum += exp((double)logits[i] - max);
+    e->argmax[position] = best;
+    if (e->next != NULL) e->log_p_next[position] = (double)logits[e->next[position]] - max - log(sum);
+    e->steps_seen = engine_stats(e->engine).steps;
+}
+
+static void case_evaluate(void) {
+    cellm_engine* engine = open_engine(NULL, tiny_manifest_text(""));
+    const cellm_engine_info info = engine_info(engine);
+    const char* prompt = "the cat sat on";
+
+    /* A greedy turn with log-probabilities: what the evaluated logits must say position by position. */
+    cellm_session_options options = greedy_options(engine, 8);
+    options.logprobs = 1;
+    scored_turn* turn = calloc(1, sizeof *turn);
+    REQUIRE(turn != NULL, "out of memory");
+    scored_run(engine, &options, prompt, turn);
+    REQUIRE(turn->tokens.n >= 2 && turn->n_rows == turn->tokens.n, "%zu tokens, %zu rows", turn->tokens.n,
+            turn->n_rows);
+
+    /* The prompt and all but the last generated token: the positions from the prompt's last one on predict the
+     * generated tokens. */
+    token_list sequence;
+    tokenize(engine, prompt, 1, &sequence);
+    const size_t prompt_n = sequence.n;
+    for (size_t i = 0; i + 1 < turn->tokens.n; ++i) sequence.ids[sequence.n++] = turn->tokens.ids[i];
+    int32_t next[MAX_IDS];
+    for (size_t i = 0; i + 1 < sequence.n; ++i) next[i] = sequence.ids[i + 1];
+    next[sequence.n - 1] = turn->tokens.ids[turn->tokens.n - 1];
+
+    evaluation e = {engine, (int32_t)prompt_n - 1, 0, next, {0}, {0}, -1};
+    OK(cellm_engine_evaluate(engine, sequence.ids, sequence.n, (int32_t)prompt_n - 1, on_logits, &e));
+    CHECK(e.calls == (int32_t)turn->tokens.n, "%d calls for %zu generated tokens", (int)e.calls, turn->tokens.n);
+    CHECK(e.steps_seen >= 0, "the callback could not read the engine's stats");
+    for (size_t k = 0; k < turn->tokens.n; ++k) {
+        const size_t p = prompt_n - 1 + k;
+        CHECK(e.argmax[p] == turn->tokens.ids[k], "position %zu: argmax %d, greedy generated %d", p, (int)e.argmax[p],
+              (int)turn->tokens.ids[k]);
+        CHECK(fabs(e.log_p_next[p] - (double)turn->rows[k].logprob) < 1e-4,
+              "position %zu: log-probability %g, the session's %g", p, e.log_p_next[p], (double)turn->rows[k].logprob);
+    }
+
+    /* From position 0, while another session generates: both calls see the same logits, and the session's tokens
+     * are those it generates alone. */
+    cellm_session* session = new_session(engine, &options);
+    OK(cellm_session_submit_text(session, prompt));
+    evaluation all = {engine, 0, 0, NULL, {0}, {0}, -1};
+    OK(cellm_engine_evaluate(engine, sequence.ids, sequence.n, 0, on_logits, &all));
+    CHECK(poll_until_done(session) == CELLM_FINISH_LENGTH, "the session beside the evaluation did not finish");
+    token_list beside;
+    session_tokens(session, &beside);
+    SAME_TOKENS(&beside, &turn->tokens, "a session generating while cellm_engine_evaluate runs");
+    CHECK(all.calls == (int32_t)sequence.n, "%d calls for %zu tokens", (int)all.calls, sequence.n);
+    for (size_t p = prompt_n - 1; p < sequence.n; ++p) {
+        CHECK(all.argmax[p] == e.argmax[p], "position %zu: argmax %d from 0, %d from the prompt's end", p,
+              (int)all.argmax[p], (int)e.argmax[p]);
+    }
+    cellm_session_destroy(session);
+    CHECK(engine_stats(engine).kv_blocks_used == 0, "%d KV blocks used after the evaluations",
+          (int)engine_stats(engine).kv_blocks_used);
+
+    /* Refusals, each with its message. */
+    const int32_t out_of_vocab[2] = {0, info.n_vocab};
+    int32_t too_long[129] = {0};
+    EXPECT_ERROR(cellm_engine_evaluate(NULL, sequence.ids, sequence.n, 0, on_logits, &e), CELLM_E_INVALID_ARGUMENT,
+                 "engine");
+    EXPECT_ERROR(cellm_engine_evaluate(engine, sequence.ids, sequence.n, 0, NULL, &e), CELLM_E_INVALID_ARGUMENT, "fn");
+    EXPECT_ERROR(cellm_engine_evaluate(engine, sequence.ids, 0, 0, on_logits, &e), CELLM_E_PROMPT, "no tokens");
+    EXPECT_ERROR(cellm_engine_evaluate(engine, out_of_vocab, 2, 0, on_logits, &e), CELLM_E_PROMPT, "vocabulary");
+    EXPECT_ERROR(cellm_engine_evaluate(engine, too_long, 129, 0, on_logits, &e), CELLM_E_TOO_LONG, "context length");
+    EXPECT_ERROR(cellm_engine_evaluate(engine, sequence.ids, sequence.n, (int32_t)sequence.n, on_logits, &e),
+                 CELLM_E_INVALID_ARGUMENT, "first_position");
+    EXPECT_ERROR(cellm_engine_evaluate(engine, sequence.ids, sequence.n, -1, on_logits, &e), CELLM_E_INVALID_ARGUMENT,
+                 "first_position");
+    /* The whole context is fine. */
+    all.expected_position = 127;
+    all.calls = 0;
+    OK(cellm_engine_evaluate(engine, too_long, 128, 127, on_logits, &all));
+    CHECK(all.calls == 1, "%d calls for the last position of a full context", (int)all.calls);
+    free(turn);
+    cellm_engine_close(engine);
+}
+
 /* ---- Driver ---------------------------------------------------------------------------------------------- */
 
 static const struct {
@@ -1602,7 +1712,7 @@ static const struct {
     {"greedy_chat", case_greedy_chat, 1}, {"streaming", case_streaming, 1}, {"concurrent", case_concurrent, 1},
     {"cancel", case_cancel, 1},           {"fork", case_fork, 1},           {"closed", case_closed, 1},
     {"real_model", case_real_model, 0},   {"images", case_images, 1},       {"model_only", case_model_only, 1},
-    {"bias_logprobs", case_bias_logprobs, 1}, {"tools", case_tools, 0},
+    {"bias_logprobs", case_bias_logprobs, 1}, {"tools", case_tools, 0},    {"evaluate", case_evaluate, 1},
 };
 
 int main(int argc, char** argv) {

@@ -20,6 +20,12 @@ struct Gemma3 {
     static void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g) {
         gemma3::build_forward(model, shape, g);
     }
+    // Local layers read only their window, so the host may give back the rows behind it.
+    static transformer::LayerKv layer_kv(const Model& model, int32_t layer) {
+        transformer::LayerKv kv{model.hp.kv_dim(), model.hp.n_head_kv};
+        kv.window = model.attention(layer).window;
+        return kv;
+    }
 };
 
 }  // namespace

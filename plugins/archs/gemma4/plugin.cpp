@@ -5,6 +5,8 @@
 #include "forward.hpp"
 #include "model.hpp"
 
+#include <algorithm>
+
 namespace cellm::gemma4 {
 namespace {
 
@@ -24,8 +26,14 @@ struct Gemma4 {
     // A layer that reads another's K/V keeps no pools of its own.
     static transformer::LayerKv layer_kv(const Model& model, int32_t layer) {
         const LayerShape& s = model.shape[static_cast<size_t>(layer)];
-        if (s.kv_source != layer) return {0, 0};
-        return {s.kv_dim(), s.n_head_kv};
+        if (s.kv_source != layer) return {};
+        transformer::LayerKv kv{s.kv_dim(), s.n_head_kv};
+        // The window bounds what every reader of these pools looks back (local layers share only local pools).
+        const bool all_local = std::all_of(model.shape.begin(), model.shape.end(), [&](const LayerShape& reader) {
+            return reader.kv_source != layer || reader.sliding;
+        });
+        kv.window = all_local ? model.sliding_window : 0;
+        return kv;
     }
 };
 

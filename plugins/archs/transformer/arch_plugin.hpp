@@ -9,8 +9,8 @@
 //       using Model = ...;  // has `const cellm_model_view* view` and `Hparams hp`
 //       static Model load(const cellm_model_view& view);  // throws plugin::Failure
 //       static void build_forward(const Model& model, const cellm_batch_shape& shape, GraphBuilder& g);
-//       // Optional, for archs whose layers' KV pools differ (ABI 1.2's get_layer_info); without it every layer
-//       // has hp.kv_dim() and hp.n_head_kv.
+//       // Optional, for archs whose layers' KV pools differ or that have sliding-window layers (ABI 1.2's
+//       // get_layer_info); without it every layer has hp.kv_dim() and hp.n_head_kv and reads the whole context.
 //       static LayerKv layer_kv(const Model& model, int32_t layer);
 //       // Optional, for archs that take images (ABI 1.3's get_vision_info and build_vision_graph): both throw
 //       // plugin::Failure (UNSUPPORTED) for a model without a vision encoder.
@@ -36,6 +36,7 @@ struct LayerKv {
     int32_t kv_dim = 0;
     int32_t n_head_kv = 0;
     int32_t state_size[2] = {0, 0};
+    int32_t window = 0;  // sliding window of the layer's queries, 0 = whole context
 };
 
 template <class Arch>
@@ -117,6 +118,7 @@ private:
                 out->state_size[0] = kv.state_size[0];
                 out->state_size[1] = kv.state_size[1];
             }
+            if (CELLM_HAS_FIELD(out, cellm_arch_layer_info, window)) out->window = kv.window;
             return nullptr;
         });
     }

@@ -28,6 +28,10 @@ const BackendSpec* spec = nullptr;  // set by plugin_descriptor
 struct cellm_backend {
     std::unordered_set<const cellm_buffer*> buffers;  // live buffers of this instance; leaves must use one
     std::unique_ptr<cellm::cpu::Executor> executor;
+    // Every plan's intermediate nodes, grown to the largest plan run so far.
+    cellm::cpu::AlignedBytes arena;
+    uint64_t arena_size = 0;
+    uint64_t largest_plan = 0;  // arena bytes the largest plan prepared needs
 };
 
 namespace cellm::cpu {
@@ -75,17 +79,20 @@ cellm_status* get_info(const cellm_backend* backend, cellm_backend_info* out) {
     if (CELLM_HAS_FIELD(out, cellm_backend_info, device_memory)) out->device_memory = 0;
     if (CELLM_HAS_FIELD(out, cellm_backend_info, flags)) out->flags = CELLM_BACKEND_HOST_MEMORY;
     if (CELLM_HAS_FIELD(out, cellm_backend_info, threads)) out->threads = backend->executor->threads();
+    if (CELLM_HAS_FIELD(out, cellm_backend_info, scratch_bytes)) out->scratch_bytes = backend->largest_plan;
     return nullptr;
 }
 
 int supports_type(const cellm_backend*, cellm_dtype type) { return blocks::supported(type) ? 1 : 0; }
 int supports_op(const cellm_backend*, cellm_op op, cellm_dtype src0_type) { return op_accepts(op, src0_type) ? 1 : 0; }
 
-cellm_status* buffer_alloc(cellm_backend* backend, uint64_t size, cellm_buffer_usage, cellm_buffer** out) {
+cellm_status* buffer_alloc(cellm_backend* backend, uint64_t size, cellm_buffer_usage usage, cellm_buffer** out) {
     return guard([&]() -> cellm_status* {
         if (backend == nullptr || out == nullptr) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "buffer_alloc needs a backend and output");
         auto buffer = std::make_unique<cellm_buffer>();
-        buffer->owned = AlignedBytes::huge(size, AlignedBytes::Commit::now);
+        // A KV pool's memory comes as the host commits its ranges (buffer_commit).
+        buffer->owned = usage == CELLM_BUFFER_KV_CACHE ? AlignedBytes::by_range(size)
+                                                       : AlignedBytes::huge(size, AlignedBytes::Commit::now);
         buffer->data = buffer->owned.data();
         buffer->size = size;
         backend->buffers.insert(buffer.get());
@@ -151,6 +158,7 @@ cellm_status* graph_prepare(cellm_backend* backend, const cellm_graph* graph, ce
             return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "graph_prepare needs a backend, graph and output");
         auto plan = std::make_unique<cellm_plan>();
         prepare(*backend, *graph, *plan);
+        backend->largest_plan = std::max(backend->largest_plan, plan->arena_size);
         *out = plan.release();
         return nullptr;
     });
@@ -164,6 +172,11 @@ cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cell
         const size_t n_inputs = args->n_inputs, n_outputs = args->n_outputs;
         auto input = [&](size_t k) -> const cellm_input_binding& { return *cellm_input_at(args, k); };
         auto output = [&](size_t k) -> const cellm_output_binding& { return *cellm_output_at(args, k); };
+        if (backend->arena_size < plan->arena_size) {
+            backend->arena = AlignedBytes(plan->arena_size);
+            backend->arena_size = plan->arena_size;
+        }
+        place_in_arena(*plan, backend->arena.data());
         for (size_t k = 0; k < n_inputs; ++k)
             std::memcpy(plan->nodes[static_cast<size_t>(input(k).node)].data, input(k).data, input(k).size);
         backend->executor->run(*plan);
@@ -174,6 +187,15 @@ cellm_status* graph_execute(cellm_backend* backend, cellm_plan* plan, const cell
 }
 
 void plan_free(cellm_backend*, cellm_plan* plan) { delete plan; }
+
+cellm_status* buffer_commit(cellm_backend* backend, cellm_buffer* buffer, uint64_t offset, uint64_t size, int resident) {
+    return guard([&]() -> cellm_status* {
+        if (cellm_status* s = check_range(backend, buffer, offset, buffer, size, "buffer_commit")) return s;
+        if (!buffer->writable) return error(CELLM_ERR_INVALID_ARGUMENT, error_prefix() + "buffer_commit: buffer wraps host memory");
+        buffer->owned.set_resident(offset, size, resident != 0);
+        return nullptr;
+    });
+}
 
 const cellm_backend_iface iface = {
     sizeof(cellm_backend_iface),
@@ -191,6 +213,7 @@ const cellm_backend_iface iface = {
     graph_execute,
     plan_free,
     nullptr,  // describe: the spec's, set in plugin_descriptor
+    buffer_commit,
 };
 
 }  // namespace

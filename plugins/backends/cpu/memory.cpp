@@ -1,6 +1,9 @@
 #include "memory.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 #include <new>
 
@@ -50,6 +53,42 @@ AlignedBytes AlignedBytes::huge(uint64_t size, Commit commit) {
     AlignedBytes bytes;
     bytes.data_ = std::unique_ptr<std::byte, Free>(p, Free{mapped});
     return bytes;
+}
+
+AlignedBytes AlignedBytes::by_range(uint64_t size) {
+    const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    if (!map_large || size < page) return AlignedBytes(size);
+    const uint64_t mapped = (size + page - 1) / page * page;
+    void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    // Where transparent huge pages are "always", a first touch would still commit 2 MiB.
+    madvise(p, mapped, MADV_NOHUGEPAGE);
+    AlignedBytes bytes;
+    bytes.data_ = std::unique_ptr<std::byte, Free>(static_cast<std::byte*>(p), Free{mapped});
+    return bytes;
+}
+
+void AlignedBytes::set_resident(uint64_t offset, uint64_t size, bool resident) const {
+    const uint64_t mapped = data_.get_deleter().mapped;
+    if (mapped == 0 || size == 0) return;
+    const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    const uint64_t end = std::min(mapped, offset + size);
+    const uint64_t first = resident ? offset / page * page : (offset + page - 1) / page * page;
+    const uint64_t last = resident ? std::min(mapped, (end + page - 1) / page * page) : end / page * page;
+    if (first >= last) return;
+    std::byte* p = data_.get() + first;
+    if (!resident) {
+        madvise(p, last - first, MADV_DONTNEED);
+        return;
+    }
+#if defined(MADV_POPULATE_WRITE)
+    if (madvise(p, last - first, MADV_POPULATE_WRITE) == 0) return;
+#endif
+    // A kernel before 5.14: fault each page in by rewriting one of its bytes, which keeps the contents.
+    for (uint64_t at = 0; at < last - first; at += page) {
+        volatile std::byte* b = p + at;
+        *b = *b;
+    }
 }
 
 void AlignedBytes::Free::operator()(std::byte* p) const {

@@ -27,6 +27,12 @@ public:
     // to their first write (memory that may stay partly unused, like a repacking chunk).
     enum class Commit { now, on_touch };
     static AlignedBytes huge(uint64_t size, Commit commit);
+    // Memory whose owner commits and gives back ranges itself (set_resident): a mapping of small pages, since a
+    // huge page would commit 2 MiB of a pool for its first row. Heap memory below a page or under ASan.
+    static AlignedBytes by_range(uint64_t size);
+    // Commits [offset, offset + size) (pages rounded outward, contents kept) or gives it back (pages rounded
+    // inward, contents then zero). Heap memory is always committed: nothing to do.
+    void set_resident(uint64_t offset, uint64_t size, bool resident) const;
     std::byte* data() const { return data_.get(); }
 
 private:

@@ -16,9 +16,9 @@ void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan&
                              }};
     static_cast<graph::Checked&>(plan) = graph::check(graph, rules);
     plan.arena_size = graph::plan_arena(plan, alignment);
-    plan.arena = AlignedBytes(plan.arena_size);
-    for (Node& n : plan.nodes)
-        n.data = n.buffer != nullptr ? n.buffer->data + n.offset : plan.arena.data() + n.offset;
+    for (Node& n : plan.nodes) {
+        if (n.buffer != nullptr) n.data = n.buffer->data + n.offset;
+    }
 
     // Scratch the kernels share, sized for the largest node that uses it.
     for (const Node& n : plan.nodes) {
@@ -37,6 +37,14 @@ void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan&
         default: break;
         }
     }
+}
+
+void place_in_arena(cellm_plan& plan, std::byte* arena) {
+    if (plan.arena == arena) return;
+    for (Node& n : plan.nodes) {
+        if (n.buffer == nullptr) n.data = arena + n.offset;
+    }
+    plan.arena = arena;
 }
 
 }  // namespace cellm::cpu

@@ -1,5 +1,7 @@
 // A prepared graph on a CPU backend: the checked nodes (graph.hpp), each pointing at host memory (weights and KV
-// pools where their buffers are, everything else in one arena planned once), and scratch for the kernels.
+// pools where their buffers are, everything else in the arena at offsets planned once), and scratch for the
+// kernels. The arena is the backend instance's, shared by all its plans (it runs one at a time): a host that keeps
+// many prepared graphs (one per batch shape) holds one arena of the largest, not one per graph.
 #pragma once
 
 #include "blocks.h"
@@ -16,8 +18,8 @@ namespace cellm::cpu {
 using graph::Node;
 
 struct Plan : graph::Checked {
-    AlignedBytes arena;
     uint64_t arena_size = 0;
+    const std::byte* arena = nullptr;  // the arena the nodes' addresses were resolved against
     std::vector<float> row;     // one dequantized weight row, or rotary angles, or one K/V row plus an accumulator
     std::vector<float> scores;  // attention weights of one query
     std::vector<blocks::Activations> columns;  // MATMUL activations prepared for the weight type, one per column
@@ -46,5 +48,7 @@ std::string error_prefix();
 
 // Validates `graph` and plans its memory; throws plugin::Failure naming the offending node.
 void prepare(const cellm_backend& backend, const cellm_graph& graph, cellm_plan& plan);
+// Points the nodes that live in the arena at `arena`, which holds at least plan.arena_size bytes.
+void place_in_arena(cellm_plan& plan, std::byte* arena);
 
 }  // namespace cellm::cpu

@@ -234,6 +234,7 @@ const cellm_backend_iface iface = {
     sizeof(cellm_backend_iface), create, destroy, get_info, supports_type, supports_op, buffer_alloc,
     nullptr,  // buffer_wrap_host: device memory only
     buffer_free, buffer_write, buffer_read, graph_prepare, graph_execute, plan_free, describe,
+    nullptr,  // buffer_commit: device memory is allocated whole
 };
 
 }  // namespace
