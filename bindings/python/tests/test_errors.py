@@ -50,6 +50,20 @@ def test_bad_arguments(manifest):
 def test_overrides_reach_the_engine(manifest):
     with cellm.Engine(manifest=manifest, n_ctx=64, max_sessions=2, threads=1) as engine:
         assert engine.info.context_length == 64 and engine.info.max_sessions == 2
+        info = engine.info
+        assert info.weights_bytes > 0 and info.kv_pool_bytes >= info.kv_blocks * info.kv_block_size * info.kv_bytes_per_token
+    # A budget of the weights, the scratch and 3 blocks: the pool holds those blocks and the context shrinks to them.
+    block = info.kv_block_size * info.kv_bytes_per_token
+    budget_mib = (info.weights_bytes + info.scratch_bytes + 3 * block + (1 << 20) - 1) >> 20
+    with cellm.Engine(manifest=manifest, n_ctx=64, max_sessions=2, threads=1, kv_type="f16",
+                      memory_budget_mib=budget_mib) as engine:
+        expected_blocks = ((budget_mib << 20) - info.weights_bytes - info.scratch_bytes) // block
+        assert engine.info.kv_blocks == expected_blocks
+        assert engine.stats.kv_bytes_committed == 0, "nothing is committed before a prompt"
+    with pytest.raises(cellm.LoadError, match="does not hold this model"):
+        cellm.Engine(manifest=manifest, memory_budget_mib=max(1, info.weights_bytes >> 21))
+    with pytest.raises(cellm.InvalidArgumentError, match="unknown KV type"):
+        cellm.Engine(manifest=manifest, kv_type="q4")
 
 
 def test_bad_prompts(engine):

@@ -61,6 +61,8 @@ class cellm_engine_options(ctypes.Structure):
         ("plugin_path", ctypes.c_char_p),
         ("mmproj_path", ctypes.c_char_p),  # since 1.1
         ("precision", ctypes.c_char_p),  # since 1.2
+        ("kv_type", ctypes.c_char_p),  # since 1.6
+        ("memory_budget_mib", ctypes.c_int32),  # since 1.6
     ]
 
 
@@ -80,6 +82,9 @@ class cellm_engine_info(ctypes.Structure):
         ("kv_bytes_per_token", ctypes.c_int64),
         ("model_has_chat_template", ctypes.c_int32),
         ("model_takes_images", ctypes.c_int32),  # since 1.1
+        ("weights_bytes", ctypes.c_int64),  # since 1.6
+        ("scratch_bytes", ctypes.c_int64),
+        ("kv_pool_bytes", ctypes.c_int64),
     ]
 
 
@@ -97,6 +102,7 @@ class cellm_engine_stats(ctypes.Structure):
         ("batched_tokens", ctypes.c_int64),
         ("preemptions", ctypes.c_int64),
         ("copied_blocks", ctypes.c_int64),
+        ("kv_bytes_committed", ctypes.c_int64),  # since 1.6
     ]
 
 

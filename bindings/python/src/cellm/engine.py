@@ -30,6 +30,10 @@ class EngineInfo:
     kv_bytes_per_token: int
     model_has_chat_template: bool
     model_takes_images: bool
+    # Where the memory goes, measured at load (docs/memory.md).
+    weights_bytes: int
+    scratch_bytes: int
+    kv_pool_bytes: int  # at full use; the CPU backends commit it as blocks come into use
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class EngineStats:
     batched_tokens: int
     preemptions: int
     copied_blocks: int
+    kv_bytes_committed: int  # KV pool bytes with memory behind them now
 
 
 def _path(value: Any) -> bytes | None:
@@ -68,7 +73,8 @@ class Engine:
                  manifest_text: str | None = None, backend: str | None = None, threads: int | None = None,
                  n_ctx: int | None = None, context_length: int | None = None, max_sessions: int | None = None,
                  precision: str | None = None, plugin_path: str | os.PathLike | None = None,
-                 mmproj: str | os.PathLike | None = None):
+                 mmproj: str | os.PathLike | None = None, kv_type: str | None = None,
+                 memory_budget_mib: int | None = None):
         self._handle: int | None = None
         self._lock = threading.Lock()  # engine calls against close()
         if manifest is not None and manifest_text is not None:
@@ -90,6 +96,8 @@ class Engine:
         options.plugin_path = _path(plugin_path)
         options.mmproj_path = _path(mmproj)
         options.precision = None if precision is None else precision.encode()
+        options.kv_type = None if kv_type is None else kv_type.encode()
+        options.memory_budget_mib = memory_budget_mib or 0
         handle = ctypes.c_void_p()
         check(lib.cellm_engine_open(ctypes.byref(options), ctypes.byref(handle)))
         self._handle = handle.value
@@ -113,7 +121,7 @@ class Engine:
         return EngineInfo(text(i.model_name), text(i.model_path), text(i.arch), text(i.backend),
                           text(i.chat_template), i.n_vocab, i.context_length, i.max_sessions, i.kv_blocks,
                           i.kv_block_size, i.kv_bytes_per_token, bool(i.model_has_chat_template),
-                          bool(i.model_takes_images))
+                          bool(i.model_takes_images), i.weights_bytes, i.scratch_bytes, i.kv_pool_bytes)
 
     @property
     def stats(self) -> EngineStats:
