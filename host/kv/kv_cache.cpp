@@ -67,6 +67,11 @@ KvCache::KvCache(Backend& backend, const std::vector<cellm_arch_layer_info>& lay
         // A window as wide as the context gives nothing back.
         if (window_ >= n_blocks * block_size) window_ = 0;
     }
+    std::vector<cellm_arch_layer_info> windowed;
+    for (const cellm_arch_layer_info& layer : layers_) {
+        if (layer.window > 0) windowed.push_back(layer);
+    }
+    window_bytes_per_token_ = bytes_per_token(windowed, type_);
 }
 
 int32_t KvCache::scale_runs(const cellm_arch_layer_info& layer) {
@@ -159,13 +164,9 @@ void KvCache::give_back(int32_t keep_free) {
 }
 
 uint64_t KvCache::committed_bytes() const {
-    std::vector<cellm_arch_layer_info> windowed;
-    for (const cellm_arch_layer_info& layer : layers_) {
-        if (layer.window > 0) windowed.push_back(layer);
-    }
     const auto block = static_cast<uint64_t>(block_size_);
     return (bytes_per_token() * static_cast<uint64_t>(pool_.n_committed()) -
-            bytes_per_token(windowed, type_) * static_cast<uint64_t>(n_window_released_)) * block;
+            window_bytes_per_token_ * static_cast<uint64_t>(n_window_released_)) * block;
 }
 
 void KvCache::set_resident(int32_t first, int32_t end, bool resident, bool windowed_only) {

@@ -90,6 +90,7 @@ private:
     int32_t window_ = 0;
     std::vector<bool> window_released_;  // per block
     int32_t n_window_released_ = 0;
+    uint64_t window_bytes_per_token_ = 0;  // the windowed layers' share of bytes_per_token()
     std::vector<uint8_t> scratch_;  // one block of one pool, on its way through host memory
 };
 
