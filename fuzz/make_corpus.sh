@@ -4,6 +4,7 @@
 #                hand-made GGUFs of a few KiB (fuzz/make_seeds.py)
 #   cellm        those GGUFs converted by cellm-host convert (plain and --quantize int4)
 #   safetensors  a small Hugging Face folder packed as fuzz_safetensors reads it (make_seeds.py), and tests/data/hf's
+#   pytorch      the checkpoints and data.pkl streams of tests/safetensors/pytorch_cases.py (valid and hostile)
 #   manifest     config/*.toml and the manifests of tests/
 #   bpe, spm     texts with flags and token ids (make_seeds.py)
 #   chat_template  conversations and the template sources (make_seeds.py)
@@ -20,6 +21,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 python3 "$root/fuzz/make_seeds.py" "$out"
+python3 "$root/tests/safetensors/pytorch_cases.py" seeds "$out"
 
 for spec in tiny:q4_0 qwen2-tiny:q4_0 qwen3-tiny:q4_0 tiny:q8_0; do
   preset=${spec%%:*} type=${spec##*:}
@@ -92,6 +94,6 @@ prompt = "Hello"
 priority = 7
 stop = ["x"]
 TOML
-for t in gguf cellm safetensors manifest bpe spm chat_template image; do
+for t in gguf cellm safetensors pytorch manifest bpe spm chat_template image; do
   echo "make_corpus: $t: $(ls "$out/$t" | wc -l) seeds"
 done

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (fuzz/) in build-fuzz/ with clang and runs them.
 #
-#   scripts/fuzz.sh TARGET SECONDS     one target: gguf cellm safetensors manifest bpe spm chat_template image
-#                                      grammar json_schema http_request jinja_template tool_call
+#   scripts/fuzz.sh TARGET SECONDS     one target: gguf cellm safetensors pytorch manifest bpe spm chat_template
+#                                      image grammar json_schema http_request jinja_template tool_call
 #   scripts/fuzz.sh all SECONDS        every target in turn (FUZZ_PARALLEL=2: two at a time)
 #
 # Seeds come from fuzz/make_corpus.sh (written once into build-fuzz/corpus/TARGET; new inputs libFuzzer finds
@@ -13,7 +13,7 @@
 # own seed, default 1), FUZZ_ARGS (extra libFuzzer flags).
 set -euo pipefail
 
-targets=(gguf cellm safetensors manifest bpe spm chat_template jinja_template image grammar json_schema http_request
+targets=(gguf cellm safetensors pytorch manifest bpe spm chat_template jinja_template image grammar json_schema http_request
          tool_call)
 if [[ $# -ne 2 || ! $2 =~ ^[0-9]+$ ]]; then
   echo "usage: $0 TARGET|all SECONDS   (targets: ${targets[*]})" >&2
@@ -48,7 +48,7 @@ fuzz_one() {
   local t=$1 crashes=$build/crashes/$1 workers=${FUZZ_WORKERS:-1}
   mkdir -p "$crashes" "$build/logs" "$build/corpus/$t"
   local rc=0 max_len=8192 start=$SECONDS w pids=()
-  case $t in gguf | cellm | safetensors) max_len=1048576 ;; image) max_len=65536 ;; esac
+  case $t in gguf | cellm | safetensors) max_len=1048576 ;; image | pytorch) max_len=65536 ;; esac
   # -rss_limit_mb/-malloc_limit_mb: an allocation sized by the input beyond 2 GiB counts as a finding.
   for ((w = 1; w <= workers; ++w)); do
     "$build/bin/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2560 -malloc_limit_mb=2048 \

@@ -112,7 +112,7 @@ const Corruption corruptions[] = {
     {"unsupported_model_type", [](const fs::path& d) { json c = config; c["model_type"] = "mamba"; write_json(d / "config.json", c); },
      CELLM_ERR_UNSUPPORTED, "config.json", "model_type \"mamba\" is not supported"},
     {"no_weights", [](const fs::path& d) { fs::remove(d / "model.safetensors"); }, CELLM_ERR_NOT_FOUND, "corrupt-no_weights",
-     "has neither model.safetensors nor model.safetensors.index.json"},
+     "has no weights (model.safetensors, pytorch_model.bin, an index of their shards, or one .pt file)"},
     {"truncated_header_length", [](const fs::path& d) { shard(d, {1, 0, 0}); }, CELLM_ERR_CORRUPT, "model.safetensors",
      "truncated: the 8-byte header length"},
     {"header_length_beyond_file", [](const fs::path& d) {

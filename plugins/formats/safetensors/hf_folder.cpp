@@ -6,6 +6,7 @@
 #include "gemma4.h"
 #include "idefics3.h"
 #include "plugin_host.hpp"
+#include "pytorch_zip.h"
 #include "qwen35.h"
 #include "shard.h"
 
@@ -24,8 +25,27 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* single_file = "model.safetensors";
-constexpr const char* index_file = "model.safetensors.index.json";
+// A folder's weights, in the order they are looked for (transformers prefers safetensors too): an index naming
+// shards, else a single file; PyTorch's zip checkpoints (pytorch_zip.h) after safetensors, a lone .pt last.
+constexpr std::pair<const char*, const char*> weight_files[] = {
+    {"model.safetensors.index.json", "model.safetensors"},
+    {"pytorch_model.bin.index.json", "pytorch_model.bin"},
+};
+
+// Shards whose name says torch.save wrote them; every other shard is a safetensors file.
+bool is_pytorch_zip_name(const std::string& name) { return name.ends_with(".bin") || name.ends_with(".pt"); }
+
+// The .pt files of `folder`, sorted.
+std::vector<std::string> pt_files(const fs::path& folder) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string name = it->path().filename().string();
+        if (name.ends_with(".pt") && it->is_regular_file(ec)) out.push_back(name);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+}
 
 // Hugging Face's per-layer names and llama.cpp's, for the archs read_config accepts.
 constexpr std::pair<std::string_view, std::string_view> layer_names[] = {
@@ -154,19 +174,36 @@ void check_shard_name(const std::string& name, const std::string& index) {
 
 bool is_model_folder(const fs::path& folder) {
     std::error_code ec;
-    return fs::is_regular_file(folder / "config.json", ec) &&
-           (fs::exists(folder / single_file, ec) || fs::exists(folder / index_file, ec));
+    if (!fs::is_regular_file(folder / "config.json", ec)) return false;
+    for (const auto& [index, single] : weight_files) {
+        if (fs::exists(folder / index, ec) || fs::exists(folder / single, ec)) return true;
+    }
+    return !pt_files(folder).empty();
 }
 
 std::vector<std::string> HfFolder::shard_names(const fs::path& folder, std::vector<std::pair<std::string, std::string>>& index) {
     std::error_code ec;
-    const fs::path index_path = folder / index_file;
-    if (!fs::exists(index_path, ec)) {
-        if (!fs::exists(folder / single_file, ec)) {
-            throw plugin::Failure(CELLM_ERR_NOT_FOUND, folder.string() + ": has neither " + single_file + " nor " + index_file);
+    fs::path index_path;
+    for (const auto& [index_name, single] : weight_files) {
+        if (fs::exists(folder / index_name, ec)) {
+            index_path = folder / index_name;
+            break;
         }
-        return {single_file};
+        if (fs::exists(folder / single, ec)) return {single};
     }
+    if (index_path.empty()) {
+        const std::vector<std::string> pt = pt_files(folder);
+        if (pt.size() == 1) return pt;
+        if (pt.empty()) {
+            throw plugin::Failure(CELLM_ERR_NOT_FOUND, folder.string() +
+                                                           ": has no weights (model.safetensors, pytorch_model.bin, "
+                                                           "an index of their shards, or one .pt file)");
+        }
+        throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT, folder.string() + ": has " + std::to_string(pt.size()) +
+                                                              " .pt files (" + pt[0] + ", " + pt[1] +
+                                                              (pt.size() > 2 ? ", ..." : "") + "); keep the one to load");
+    }
+    index_file_ = index_path.filename().string();
     const json root = read_json_file(index_path);
     const auto map = root.is_object() ? root.find("weight_map") : root.end();
     if (map == root.end() || !map->is_object()) {
@@ -185,7 +222,7 @@ std::vector<std::string> HfFolder::shard_names(const fs::path& folder, std::vect
     }
     for (const std::string& shard : shards) {
         if (!fs::exists(folder / shard, ec)) {
-            throw plugin::Failure(CELLM_ERR_NOT_FOUND, (folder / shard).string() + ": missing (a shard " + index_file + " names)");
+            throw plugin::Failure(CELLM_ERR_NOT_FOUND, (folder / shard).string() + ": missing (a shard " + index_file_ + " names)");
         }
     }
     return {shards.begin(), shards.end()};
@@ -205,6 +242,7 @@ HfFolder::HfFolder(const fs::path& folder) {
     const std::vector<std::string> shards = shard_names(folder, index);
     std::vector<std::string> paths;
     uint64_t total = 0;
+    uint64_t pytorch_total = 0;  // the part of it in PyTorch zip shards
     for (const std::string& shard : shards) {
         paths.push_back((folder / shard).string());
         const uint64_t size = fs::file_size(paths.back(), ec);
@@ -217,6 +255,7 @@ HfFolder::HfFolder(const fs::path& folder) {
                                                            file_limits::max_model_bytes, " bytes"));
         }
         total += size;
+        if (is_pytorch_zip_name(shard)) pytorch_total += size;
     }
     // Rewritten tensors get copies in the mapping's owned area: Llama's Q/K, Qwen3.5's norm gains and A_log
     // (qwen35.h), and every tensor widened to F32 (widened()). claim_bytes keeps their sources disjoint, and the
@@ -227,7 +266,11 @@ HfFolder::HfFolder(const fs::path& folder) {
     const bool permute = config.arch == "llama" || config.arch == "idefics3";
     const bool qwen35 = config.arch == "qwen35";
     const uint64_t rope_freqs_bytes = config.rope_freqs.size() * sizeof(float);
-    mapping_ = std::make_unique<FolderMapping>(paths, 2 * total + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
+    // A pickle can describe a tensor in fewer bytes than a safetensors header entry (a storage and tuples reused
+    // through the memo), but never in fewer than the 16 its distinct name takes (the shortest one cellm maps,
+    // lm_head.weight, and its opcode), so PyTorch shards reserve four times their size.
+    mapping_ = std::make_unique<FolderMapping>(
+        paths, 2 * total + 2 * pytorch_total + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
     uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
@@ -237,7 +280,10 @@ HfFolder::HfFolder(const fs::path& folder) {
     } widened_bf16, widened_f16;
     for (size_t s = 0; s < shards.size(); ++s) {
         const FolderMapping::File& f = mapping_->file(s);
-        for (const ShardTensor& t : read_shard(paths[s], f.data, f.size)) {
+        const std::vector<ShardTensor> shard_tensors = is_pytorch_zip_name(shards[s])
+                                                           ? read_pytorch_zip(paths[s], f.data, f.size)
+                                                           : read_shard(paths[s], f.data, f.size);
+        for (const ShardTensor& t : shard_tensors) {
             if (const auto [it, fresh] = found.emplace(t.name, shards[s]); !fresh) {
                 throw plugin::Failure(CELLM_ERR_CORRUPT, folder.string() + ": duplicate tensor '" + t.name + "' in " +
                                                              it->second + " and " + shards[s]);
@@ -322,7 +368,7 @@ HfFolder::HfFolder(const fs::path& folder) {
     for (const auto& [tensor, shard] : index) {
         const auto it = found.find(tensor);
         if (it == found.end() || it->second != shard) {
-            throw plugin::Failure(CELLM_ERR_CORRUPT, (folder / index_file).string() + ": tensor '" + tensor + "' is not in " + shard);
+            throw plugin::Failure(CELLM_ERR_CORRUPT, (folder / index_file_).string() + ": tensor '" + tensor + "' is not in " + shard);
         }
     }
     if (rope_freqs_bytes > 0) {

@@ -8,7 +8,8 @@ struct Safetensors {
     static constexpr const char* kName = "safetensors";
     static constexpr const char* kVersion = "0.1.0";
     static constexpr const char* kDescription =
-        "Hugging Face model folders (config.json, safetensors F32/F16/BF16, tokenizer.json), memory-mapped";
+        "Hugging Face model folders (config.json, safetensors or PyTorch zip checkpoints, F32/F16/BF16, "
+        "tokenizer.json), memory-mapped";
     using File = cellm::safetensors_plugin::HfFolder;
     static int probe(const char* path, const uint8_t* /*head*/, size_t head_len) {
         return path != nullptr && head_len == 0 && cellm::safetensors_plugin::is_model_folder(path) ? 100 : 0;
