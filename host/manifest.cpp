@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr std::string_view chat_templates[] = {"auto", "jinja", "chatml", "llama3", "gemma", "plain"};
-constexpr std::string_view kv_types[] = {"f32", "f16", "q8"};
+constexpr std::string_view kv_types[] = {"f32", "f16", "q8", "r4", "r3"};
 
 std::string_view type_name(toml::node_type type) {
     switch (type) {

@@ -18,7 +18,9 @@ cellm_dtype kv_type(const std::string& name) {
     if (name == "f32") return CELLM_TYPE_F32;
     if (name == "f16") return CELLM_TYPE_F16;
     if (name == "q8") return CELLM_TYPE_I8;
-    throw Error("unknown KV type '" + name + "' (expected f32, f16 or q8)");
+    if (name == "r4") return CELLM_TYPE_R4;
+    if (name == "r3") return CELLM_TYPE_R3;
+    throw Error("unknown KV type '" + name + "' (expected f32, f16, q8, r4 or r3)");
 }
 
 namespace {

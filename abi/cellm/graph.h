@@ -28,6 +28,20 @@
  * The host adds the scale leaves and the sources that name them (KV_STORE, ATTENTION), so an arch builds the
  * same graph whatever the pool type.
  *
+ * Coded pools (since 1.5): R4 and R3 pools (tensor.h) store an index into a fixed table of levels T
+ * (CELLM_KV_LEVELS_R4 / _R3 below) per value and have a companion scale pool like I8's, but F16, with one scale
+ * per group: value i of slot s means float(scales[s][g]) * T[code[s][i]], g = i / w, w = kv_dim / n_groups.
+ * A group's codes and scale are chosen from its w values y as follows, all in float with these operations in
+ * this order: S = sum of fma(y_i, y_i, S) over i ascending from S = 0; each value's magnitude class k is the
+ * number of thresholds t of CELLM_KV_THRESHOLDS_R4 / _R3 with (y_i * y_i) * w > (t * t) * S, and its code is
+ * L/2 + k when y_i >= 0 (or is NaN) and L/2 - 1 - k when y_i < 0 (L levels); then P = sum of fma(y_i, T[code_i], P)
+ * and Q = sum of fma(T[code_i], T[code_i], Q) likewise, and the scale is P / Q (the least-squares scale of the
+ * chosen levels) rounded to F16, nearest even. The levels are those of the minimum-MSE quantizer of a unit
+ * normal, which is what a group's values look like after the rotation the host puts in front of the store:
+ * for coded pools the host adds HADAMARD nodes (and, for keys, a fixed per-channel shift and scale, folded
+ * back into the query) between the arch's nodes, so an arch builds the same graph for every pool type. Those
+ * constants are KV_CACHE leaves of kinds 4..7 (below), plain F32 data to a backend.
+ *
  * Recurrent state (since 1.2). A recurrent layer (Qwen3.5's gated DeltaNet) keeps no KV rows: each sequence has
  * a fixed-size state per layer instead, in STATE leaves shaped [state_size, n_state_slots], one slot per live
  * sequence. The host owns the slots: it zeroes one when a sequence starts (or starts again), copies it when a
@@ -54,7 +68,10 @@ typedef enum cellm_op {
     /* Leaves. */
     CELLM_OP_WEIGHT = 1,   /* iparams[0]: tensor index in the model view                                   */
     CELLM_OP_KV_CACHE = 2, /* iparams[0]: layer, iparams[1]: 0 = K, 1 = V. ne = [kv_dim, n_slots];
-                            * 2 = K scales, 3 = V scales of I8 pools: F32 ne = [n_groups, n_slots]          */
+                            * 2 = K scales, 3 = V scales of I8 pools: F32 ne = [n_groups, n_slots] (F16 for
+                            * R4 and R3 pools). Since 1.5, constants of a coded pool's layer: 4 = K shift,
+                            * 5 = K channel scale, F32 [kv_dim]; 6 = query channel scale, F32
+                            * [head_dim, 1, n_head_kv]; 7 = rotation signs, F32 [head_dim]                  */
     CELLM_OP_INPUT = 3,    /* iparams[0]: a cellm_input_kind. I32 data (F32 for the kinds that say so), shape
                             * per kind (see below)                                                          */
 
@@ -178,8 +195,25 @@ typedef enum cellm_op {
      * Puts image embeddings in place of the image tokens' rows of a text step. */
     CELLM_OP_SET_ROWS = 33,
 
+    /* Since 1.5. A Walsh-Hadamard rotation of each run of d = iparams[0] consecutive values of src0 (F32; d a
+     * power of two >= 2 dividing ne[0]), with signs src1 (F32 [d]: value i of a run is multiplied by src1[i])
+     * and normalisation c = fparams[0]. iparams[1] = 0: out = c * H (s * x); 1: out = s * (c * H x), the inverse
+     * when c = 1/sqrt(d) and every sign is +-1. H x is computed in place by butterflies in natural (Sylvester)
+     * order: for h = 1, 2, 4, .. d/2, every j with j mod 2h < h, (x_j, x_j+h) <- (x_j + x_j+h, x_j - x_j+h), in
+     * float. out: F32, src0's shape. The host uses it around coded KV pools (see "Coded pools"). */
+    CELLM_OP_HADAMARD = 34,
+
     CELLM_OP_COUNT
 } cellm_op;
+
+/* Since 1.5. The levels of the coded KV types, ascending (the minimum-MSE quantizer of a unit normal), and the
+ * magnitude thresholds between their positive levels (see "Coded pools"). */
+#define CELLM_KV_LEVELS_R4                                                                                     \
+    { -2.7322f, -2.0685f, -1.6175f, -1.2557f, -0.9419f, -0.6564f, -0.3878f, -0.1283f,                          \
+      0.1283f, 0.3878f, 0.6564f, 0.9419f, 1.2557f, 1.6175f, 2.0685f, 2.7322f }
+#define CELLM_KV_THRESHOLDS_R4 { 0.25805f, 0.5221f, 0.79915f, 1.0988f, 1.4366f, 1.843f, 2.40035f }
+#define CELLM_KV_LEVELS_R3 { -2.1520f, -1.3440f, -0.7561f, -0.2451f, 0.2451f, 0.7561f, 1.3440f, 2.1520f }
+#define CELLM_KV_THRESHOLDS_R3 { 0.5006f, 1.05005f, 1.748f }
 
 typedef enum cellm_rope_mode {
     CELLM_ROPE_ADJACENT = 0, /* rotate pairs (2i, 2i+1): GGUF's permuted Llama Q/K layout */

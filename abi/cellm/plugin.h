@@ -28,7 +28,7 @@ extern "C" {
 /* Version of this header set. A plugin and a host of different majors never talk to each other.
  * Within one major, a newer minor only appends fields to structs and functions to tables. */
 #define CELLM_ABI_MAJOR 1
-#define CELLM_ABI_MINOR 4
+#define CELLM_ABI_MINOR 5
 
 #if defined(_WIN32)
 #define CELLM_EXPORT __declspec(dllexport)

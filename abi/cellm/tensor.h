@@ -50,7 +50,14 @@ typedef enum cellm_dtype {
     CELLM_TYPE_Q4A_G32 = 106,
     CELLM_TYPE_Q4A_G64 = 107,
     CELLM_TYPE_Q4A_G128 = 108,
-    CELLM_TYPE_COUNT_CELLM = 109 /* one past cellm's own types */
+    CELLM_TYPE_COUNT_CELLM = 109, /* one past cellm's own weight types */
+    /* Since 1.5: KV-cache-only types (graph.h, "Coded pools"), never weights. Codes index a fixed table of
+     * levels (CELLM_KV_LEVELS_R4 / _R3); each pool row comes with F16 scales in a companion pool.
+     *  R4: 16 levels, 4-bit indices packed two per byte, the even element in the low nibble.   block 2 in 1 byte.
+     *  R3: 8 levels, 3-bit indices, 8 elements in 3 bytes: element i at bits 3i..3i+2 of the little-endian
+     *      24-bit word.                                                                           block 8 in 3 bytes. */
+    CELLM_TYPE_R4 = 120,
+    CELLM_TYPE_R3 = 121
 } cellm_dtype;
 
 /* Elements per block and bytes per block of a type (1 and the element size for plain types);
@@ -66,6 +73,8 @@ static inline int64_t cellm_dtype_block_size(cellm_dtype t) {
     case CELLM_TYPE_I8S_G32: case CELLM_TYPE_I4S_G32: case CELLM_TYPE_Q4A_G32: return 32;
     case CELLM_TYPE_I8S_G64: case CELLM_TYPE_I4S_G64: case CELLM_TYPE_Q4A_G64: return 64;
     case CELLM_TYPE_I8S_G128: case CELLM_TYPE_I4S_G128: case CELLM_TYPE_Q4A_G128: return 128;
+    case CELLM_TYPE_R4: return 2;
+    case CELLM_TYPE_R3: return 8;
     default: return 0;
     }
 }
@@ -97,6 +106,8 @@ static inline int64_t cellm_dtype_type_size(cellm_dtype t) {
     case CELLM_TYPE_Q4A_G32: return 4 + 16;
     case CELLM_TYPE_Q4A_G64: return 4 + 32;
     case CELLM_TYPE_Q4A_G128: return 4 + 64;
+    case CELLM_TYPE_R4: return 1;
+    case CELLM_TYPE_R3: return 3;
     default: return 0;
     }
 }

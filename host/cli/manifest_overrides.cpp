@@ -21,7 +21,7 @@ void ManifestOverrides::add_to(CLI::App& app) {
     app.add_option("--seed", seed, "Sampling seed (same seed, same output)");
     app.add_option("--context", context, "Context length in tokens")->check(CLI::PositiveNumber);
     app.add_option("--kv-type", kv_type, "KV cache encoding (overrides [context].kv_type)")
-        ->check(CLI::IsMember({"f32", "f16", "q8"}));
+        ->check(CLI::IsMember({"f32", "f16", "q8", "r4", "r3"}));
     app.add_option("--memory-budget", memory_budget,
                    "MiB for weights, scratch and KV cache together; the KV pool gets the rest (overrides "
                    "[context].memory_budget_mib)")

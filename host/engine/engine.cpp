@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "engine/kv_calibration.h"
 #include "error.h"
 
 #include <spdlog/spdlog.h>
@@ -12,6 +13,7 @@ namespace cellm {
 namespace {
 constexpr size_t max_cached_graphs = 16;
 constexpr int64_t max_slots = int64_t{1} << 28;
+constexpr int32_t calibration_tokens = 256;  // of a coded cache's key transform (tools/kv_study: 128 did as well)
 }
 
 Engine::Engine(const Model& model, Backend& backend, const EngineOptions& options)
@@ -42,6 +44,10 @@ Engine::Engine(const Model& model, Backend& backend, const EngineOptions& option
     if (options.memory_budget > 0) n_blocks = blocks_within_budget(blocks_per_sequence, block_bytes);
     kv_ = std::make_unique<KvCache>(backend, model.layers(), static_cast<int32_t>(n_blocks), options.block_size,
                                     options.kv_type);
+    if (kv_->coded()) {
+        calibrate_key_transform(model, backend, *weights_, *kv_, options.block_size,
+                                std::min(calibration_tokens, options_.context_length));
+    }
     // Build the step graphs now, so a backend that cannot run this model says so before any prompt.
     memory_ = {weights_->device_bytes(), step_scratch(blocks_per_sequence), kv_->bytes()};
     if (options.release_window && kv_->window() > 0) {
@@ -210,7 +216,7 @@ int32_t Engine::reuse_prefix(int32_t sequence, std::span<const int32_t> prompt) 
     BlockPool& pool = kv_->pool();
     // The last prompt token is always computed, so its logits exist.
     for (size_t start = 0; start + bs <= prompt.size() - 1; start += bs) {
-        const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), prompt.data() + start,
+        const BlockHash hash = hash_block(s.hashes.empty() ? kv_->hash_seed() : s.hashes.back(), prompt.data() + start,
                                           options_.block_size);
         const int32_t block = pool.acquire_cached(hash);
         if (block < 0) break;
@@ -299,7 +305,7 @@ void Engine::publish_full_blocks(Sequence& s) {
     if (!options_.prefix_cache || !states_->empty()) return;
     const int32_t bs = options_.block_size;
     for (auto i = static_cast<int32_t>(s.hashes.size()); i < std::min(s.length, s.embedded_from) / bs; ++i) {
-        const BlockHash hash = hash_block(s.hashes.empty() ? 0 : s.hashes.back(), s.tokens.data() + i * bs, bs);
+        const BlockHash hash = hash_block(s.hashes.empty() ? kv_->hash_seed() : s.hashes.back(), s.tokens.data() + i * bs, bs);
         kv_->pool().publish(s.pages.blocks[static_cast<size_t>(i)], hash);
         s.hashes.push_back(hash);
     }

@@ -4,8 +4,10 @@
 #include "plugin/host_api.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iterator>
+#include <map>
 
 namespace cellm {
 
@@ -13,13 +15,22 @@ namespace {
 bool f32_input(int32_t kind) { return kind == CELLM_INPUT_PIXELS || kind == CELLM_INPUT_EMBEDDINGS; }
 }  // namespace
 
-// The builder the arch appends nodes through; checks each node's sources as it arrives. For an I8 cache it
-// also adds each pool's scale leaf and the sources that name it (graph.h), which the arch never sees.
+// The builder the arch appends nodes through; checks each node's sources as it arrives. For an I8 or coded cache
+// it also adds each pool's scale leaf and the sources that name them (graph.h), and for a coded cache the rotation
+// around the pools (graph.h, "Coded pools"), all of which the arch never sees. For a calibration graph it notes
+// the nodes whose values kv/kv_calibration.h measures.
 struct GraphBuilderContext {
     StepGraph* graph;
-    bool scaled_kv;                   // the KV cache is I8
-    std::vector<int32_t> scales_of;   // per node: the scale leaf of the I8 pool it is or writes, else -1
+    const std::vector<cellm_arch_layer_info>* layers;
+    cellm_dtype kv_type;              // the KV cache's type; F32 for a graph without one
+    bool probing = false;             // note the probes (StepGraph::Probe)
+    std::vector<int32_t> scales_of;   // per node: the scale leaf of the I8 or coded pool it is or writes, else -1
+    std::vector<std::array<int32_t, 2>> pool_of;  // per node: (layer, kind) of the pool it is or writes, else -1s
+    std::map<std::pair<int32_t, int32_t>, int32_t> constants;  // (layer, kind 4..7) -> its leaf
     std::string failure;              // why the build went wrong, empty while it goes well
+
+    bool scaled() const { return kv_type == CELLM_TYPE_I8 || coded(); }
+    bool coded() const { return kv_type == CELLM_TYPE_R4 || kv_type == CELLM_TYPE_R3; }
 
     static int32_t add_node(void* ctx, const cellm_node* node, size_t node_size) {
         auto* self = static_cast<GraphBuilderContext*>(ctx);
@@ -39,7 +50,7 @@ struct GraphBuilderContext {
                                 std::to_string(copy.iparams[1]) + " (expected 0 for K or 1 for V)";
                 return -1;
             }
-            return self->scaled_kv ? self->add_with_scales(copy) : self->append(copy, -1);
+            return self->add_for_pools(copy);
         } catch (...) {
             self->failure = "out of memory while building the graph";
             return -1;
@@ -50,6 +61,10 @@ struct GraphBuilderContext {
         auto& g = *graph;
         g.nodes_.push_back(node);
         scales_of.push_back(scales);
+        std::array<int32_t, 2> pool{-1, -1};
+        if (node.op == CELLM_OP_KV_CACHE) pool = {node.iparams[0], node.iparams[1]};
+        if (node.op == CELLM_OP_KV_STORE && node.src[0] >= 0) pool = pool_of[static_cast<size_t>(node.src[0])];
+        pool_of.push_back(pool);
         if (node.name != nullptr) {
             g.names_.emplace_back(node.name);
             g.nodes_.back().name = g.names_.back().c_str();
@@ -57,18 +72,56 @@ struct GraphBuilderContext {
         return static_cast<int32_t>(g.nodes_.size() - 1);
     }
 
+    // A node of the host's own: F32 of shape ne.
+    int32_t host_node(cellm_op op, std::array<int64_t, 4> ne, std::initializer_list<int32_t> src) {
+        cellm_node node{};
+        node.op = op;
+        node.type = CELLM_TYPE_F32;
+        std::copy(ne.begin(), ne.end(), node.ne);
+        std::fill(std::begin(node.src), std::end(node.src), -1);
+        std::copy(src.begin(), src.end(), node.src);
+        return append(node, -1);
+    }
+
+    // The leaf of constant `kind` (4..7) of `layer`'s pools, added once.
+    int32_t constant(int32_t layer, int32_t kind) {
+        if (auto it = constants.find({layer, kind}); it != constants.end()) return it->second;
+        cellm_node leaf{};
+        leaf.op = CELLM_OP_KV_CACHE;
+        std::fill(std::begin(leaf.src), std::end(leaf.src), -1);
+        leaf.iparams[0] = layer;
+        leaf.iparams[1] = kind;
+        return constants[{layer, kind}] = append(leaf, -1);
+    }
+
+    // Runs of head_dim values of x rotated (or rotated back) with `layer`'s signs.
+    int32_t rotate(int32_t x, int32_t layer, int64_t head_dim, bool inverse) {
+        const int32_t signs = constant(layer, 7);
+        const cellm_node& in = graph->nodes_[static_cast<size_t>(x)];
+        const int32_t out = host_node(CELLM_OP_HADAMARD, {in.ne[0], in.ne[1], in.ne[2], in.ne[3]}, {x, signs});
+        cellm_node& h = graph->nodes_[static_cast<size_t>(out)];
+        h.iparams[0] = static_cast<int32_t>(head_dim);
+        h.iparams[1] = inverse ? 1 : 0;
+        h.fparams[0] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+        return out;
+    }
+
     // Sets src[k] of `node` to the scale leaf behind `of` (-1 when there is none: the backend refuses the graph).
     bool wire(cellm_node& node, int k, int32_t of) {
         if (node.src[k] != -1) {
             failure = "node " + std::to_string(graph->nodes_.size()) + " sets src[" + std::to_string(k) +
-                      "], which the host fills for an I8 KV cache";
+                      "], which the host fills for an I8 or coded KV cache";
             return false;
         }
         node.src[k] = of >= 0 ? scales_of[static_cast<size_t>(of)] : -1;
         return true;
     }
 
-    int32_t add_with_scales(cellm_node node) {
+    int32_t layer_of(int32_t pool) const { return pool >= 0 ? pool_of[static_cast<size_t>(pool)][0] : -1; }
+
+    int32_t add_for_pools(cellm_node node) {
+        if (probing) note_probe(node);
+        if (!scaled()) return append(node, -1);
         switch (node.op) {
         case CELLM_OP_KV_CACHE: {
             cellm_node scales{};
@@ -82,13 +135,63 @@ struct GraphBuilderContext {
             return append(node, leaf);  // the arch gets the pool it asked for
         }
         case CELLM_OP_KV_STORE:
+            if (coded() && node.src[0] >= 0 && node.src[1] >= 0) node.src[1] = code_input(node);
             if (!wire(node, 3, node.src[0])) return -1;
             return append(node, node.src[3]);
-        case CELLM_OP_ATTENTION:
+        case CELLM_OP_ATTENTION: {
+            const bool rotated = coded() && node.src[0] >= 0 && layer_of(node.src[1]) >= 0 && layer_of(node.src[2]) >= 0;
+            if (rotated) node.src[0] = rotated_query(node);
             if (!wire(node, 6, node.src[1]) || !wire(node, 7, node.src[2])) return -1;
-            return append(node, -1);
+            const int32_t out = append(node, -1);
+            // The weighted sum of rotated values, rotated back: R^T is linear, so once per output row.
+            return rotated ? rotate(out, layer_of(node.src[2]), node.iparams[2], true) : out;
+        }
         default:
             return append(node, -1);
+        }
+    }
+
+    // What a coded pool stores for the rows of a KV_STORE: keys shifted and scaled per channel, then rotated;
+    // values rotated.
+    int32_t code_input(const cellm_node& store) {
+        const std::array<int32_t, 2> pool = pool_of[static_cast<size_t>(store.src[0])];
+        const cellm_node& rows = graph->nodes_[static_cast<size_t>(store.src[1])];
+        const std::array<int64_t, 4> ne{rows.ne[0], rows.ne[1], rows.ne[2], rows.ne[3]};
+        int32_t x = store.src[1];
+        if (pool[0] < 0) return x;  // not a pool leaf: the backend's check names it
+        if (pool[1] == 0) {
+            x = host_node(CELLM_OP_ADD, ne, {x, constant(pool[0], 4)});
+            x = host_node(CELLM_OP_MUL, ne, {x, constant(pool[0], 5)});
+        }
+        return rotate(x, pool[0], head_dim_of(pool[0]), false);
+    }
+
+    // q divided by the keys' channel scales (a KV head's factor for each of its query heads), then rotated.
+    int32_t rotated_query(const cellm_node& attention) {
+        const int32_t layer = layer_of(attention.src[1]);
+        const cellm_node& q = graph->nodes_[static_cast<size_t>(attention.src[0])];
+        const int64_t head_dim = q.ne[0], n_head = q.ne[1], n_tokens = q.ne[2], n_kv = attention.iparams[1];
+        if (n_kv <= 0 || n_head % n_kv != 0) return attention.src[0];  // the backend's check names it
+        const std::array<int64_t, 4> grouped{head_dim, n_head / n_kv, n_kv, n_tokens};
+        int32_t x = host_node(CELLM_OP_RESHAPE, grouped, {attention.src[0]});
+        x = host_node(CELLM_OP_MUL, grouped, {x, constant(layer, 6)});
+        x = host_node(CELLM_OP_RESHAPE, {head_dim, n_head, n_tokens, 1}, {x});
+        return rotate(x, layer, head_dim, false);
+    }
+
+    int64_t head_dim_of(int32_t layer) const {
+        if (layer < 0 || static_cast<size_t>(layer) >= layers->size()) return 0;  // prepare() names the bad leaf
+        const cellm_arch_layer_info& info = (*layers)[static_cast<size_t>(layer)];
+        return info.n_head_kv > 0 ? info.kv_dim / info.n_head_kv : 0;
+    }
+
+    // Calibration (kv/kv_calibration.h): each attention's query input and each K store's new rows.
+    void note_probe(const cellm_node& node) {
+        if (node.op == CELLM_OP_ATTENTION && node.src[0] >= 0 && layer_of(node.src[1]) >= 0) {
+            graph->probes_.push_back({node.src[0], layer_of(node.src[1]), true, node.iparams[1], node.fparams[1]});
+        } else if (node.op == CELLM_OP_KV_STORE && node.src[0] >= 0 && node.src[1] >= 0 &&
+                   pool_of[static_cast<size_t>(node.src[0])][1] == 0) {
+            graph->probes_.push_back({node.src[1], layer_of(node.src[0]), false, 0, 0.0f});
         }
     }
 
@@ -103,8 +206,8 @@ struct GraphBuilderContext {
 };
 
 StepGraph::StepGraph(const Model& model, Backend& backend, const WeightStore& weights, const KvCache& kv,
-                     const StatePool& states, const cellm_batch_shape& shape)
-    : backend_(&backend) {
+                     const StatePool& states, const cellm_batch_shape& shape, bool probes)
+    : backend_(&backend), probing_(probes) {
     const cellm_arch_iface* iface = model.arch_plugin().arch();
     prepare(model, weights, &kv, &states, "logits", {model.info().n_vocab, shape.n_outputs},
             [&](const cellm_graph_builder& b) { return iface->build_graph(model.arch_model(), &shape, &b); });
@@ -123,7 +226,7 @@ template <class Build>
 void StepGraph::prepare(const Model& model, const WeightStore& weights, const KvCache* kv, const StatePool* states,
                         const std::string& what, std::array<int64_t, 2> out_ne, Build build) {
     Backend& backend = *backend_;
-    GraphBuilderContext ctx{this, kv != nullptr && kv->type() == CELLM_TYPE_I8, {}, {}};
+    GraphBuilderContext ctx{this, &model.layers(), kv != nullptr ? kv->type() : CELLM_TYPE_F32, probing_, {}, {}, {}, {}};
     cellm_graph_builder builder{sizeof(cellm_graph_builder), &ctx, GraphBuilderContext::add_node,
                                 GraphBuilderContext::add_output};
     const std::string arch = model.arch_plugin().name();
@@ -135,6 +238,7 @@ void StepGraph::prepare(const Model& model, const WeightStore& weights, const Kv
     if (outputs_[0] < 0 || outputs_[0] >= static_cast<int32_t>(nodes_.size())) {
         throw Error("arch '" + arch + "' declared output node " + std::to_string(outputs_[0]) + ", which does not exist");
     }
+    for (const Probe& p : probes_) outputs_.push_back(p.node);
     const cellm_node& out = nodes_[static_cast<size_t>(outputs_[0])];
     if (out.type != CELLM_TYPE_F32 || out.ne[0] != out_ne[0] || out.ne[1] != out_ne[1] || out.ne[2] != 1 || out.ne[3] != 1) {
         throw Error("arch '" + arch + "' declared " + what + " of shape [" + std::to_string(out.ne[0]) + ", " +
@@ -219,7 +323,7 @@ StepGraph::~StepGraph() {
     if (plan_ != nullptr) backend_->iface().plan_free(backend_->handle(), plan_);
 }
 
-void StepGraph::execute(const Inputs& inputs, float* out_data, size_t n_out) {
+void StepGraph::execute(const Inputs& inputs, float* out_data, size_t n_out, std::vector<std::vector<float>>* probe_values) {
     std::vector<cellm_input_binding> bindings;
     bindings.reserve(input_nodes_.size());
     for (const auto& [node, kind] : input_nodes_) {
@@ -231,9 +335,18 @@ void StepGraph::execute(const Inputs& inputs, float* out_data, size_t n_out) {
             bindings.push_back({node, data.data(), data.size() * sizeof(int32_t)});
         }
     }
-    cellm_output_binding out{outputs_[0], out_data, n_out * sizeof(float)};
+    std::vector<cellm_output_binding> outs{{outputs_[0], out_data, n_out * sizeof(float)}};
+    if (probe_values != nullptr) {
+        probe_values->resize(probes_.size());
+        for (size_t i = 0; i < probes_.size(); ++i) {
+            const cellm_node& n = nodes_[static_cast<size_t>(probes_[i].node)];
+            std::vector<float>& v = (*probe_values)[i];
+            v.resize(static_cast<size_t>(n.ne[0] * n.ne[1] * n.ne[2] * n.ne[3]));
+            outs.push_back({probes_[i].node, v.data(), v.size() * sizeof(float)});
+        }
+    }
     const cellm_execute_args args{sizeof(cellm_execute_args), bindings.data(), bindings.size(), sizeof(cellm_input_binding),
-                                  &out, 1, sizeof(cellm_output_binding)};
+                                  outs.data(), outs.size(), sizeof(cellm_output_binding)};
     check(backend_->iface().graph_execute(backend_->handle(), plan_, &args), std::string("backend '") + backend_->name() + "'");
 }
 

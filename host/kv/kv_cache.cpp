@@ -18,8 +18,30 @@ const char* kv_type_name(cellm_dtype type) {
     switch (type) {
     case CELLM_TYPE_F32: return "f32";
     case CELLM_TYPE_F16: return "f16";
+    case CELLM_TYPE_R4: return "r4";
+    case CELLM_TYPE_R3: return "r3";
     default: return "q8";
     }
+}
+
+// Kinds 4..7 of a coded cache: K shift, K channel scale, query channel scale, signs.
+constexpr int32_t first_constant = 4, n_constants = 4;
+
+// The rotation's signs for runs of d: bit i % 64 of word i / 64 of splitmix64's stream, set meaning -1.
+std::vector<float> rotation_signs(int64_t d, uint64_t seed) {
+    std::vector<float> signs(static_cast<size_t>(d));
+    uint64_t state = seed, word = 0;
+    for (int64_t i = 0; i < d; ++i) {
+        if (i % 64 == 0) {
+            state += 0x9E3779B97F4A7C15ull;
+            word = state;
+            word = (word ^ (word >> 30)) * 0xBF58476D1CE4E5B9ull;
+            word = (word ^ (word >> 27)) * 0x94D049BB133111EBull;
+            word ^= word >> 31;
+        }
+        signs[static_cast<size_t>(i)] = (word >> (i % 64)) & 1 ? -1.0f : 1.0f;
+    }
+    return signs;
 }
 }  // namespace
 
@@ -28,8 +50,8 @@ KvCache::KvCache(Backend& backend, const std::vector<cellm_arch_layer_info>& lay
     : backend_(&backend), layers_(layers), block_size_(block_size), type_(type),
       n_slots_(static_cast<int64_t>(n_blocks) * block_size), pool_(n_blocks, backend.buffer_commit() ? 0 : n_blocks),
       commit_(backend.buffer_commit()), chunk_blocks_(std::max(1, chunk_tokens / block_size)) {
-    if (type != CELLM_TYPE_F32 && type != CELLM_TYPE_F16 && type != CELLM_TYPE_I8) {
-        throw Error("KV cache type must be F32, F16 or I8 (q8)");
+    if (type != CELLM_TYPE_F32 && type != CELLM_TYPE_F16 && type != CELLM_TYPE_I8 && !coded()) {
+        throw Error("KV cache type must be F32, F16, I8 (q8), R4 or R3");
     }
     for (size_t il = 0; il < layers_.size(); ++il) {
         const cellm_arch_layer_info& layer = layers_[il];
@@ -37,28 +59,45 @@ KvCache::KvCache(Backend& backend, const std::vector<cellm_arch_layer_info>& lay
             throw Error("a q8 KV cache needs K/V rows (kv_dim) of whole heads or of a multiple of 32 values; layer " +
                         std::to_string(il) + " of this model has " + std::to_string(layer.kv_dim));
         }
+        if (coded() && layer.kv_dim > 0) {
+            const int32_t head_dim = layer.n_head_kv > 0 && layer.kv_dim % layer.n_head_kv == 0 ? layer.kv_dim / layer.n_head_kv : 0;
+            if (head_dim < 8 || (head_dim & (head_dim - 1)) != 0) {
+                throw Error(std::string("an ") + kv_type_name(type) + " KV cache rotates each KV head's row, so it needs "
+                            "heads of a power-of-two size of at least 8 that the arch reports; layer " + std::to_string(il) +
+                            " of this model has " + (head_dim > 0 ? "heads of " + std::to_string(head_dim) : std::string("none reported")));
+            }
+        }
     }
     if (!backend.iface().supports_op(backend.handle(), CELLM_OP_KV_STORE, type)) {
         throw Error(std::string("backend '") + backend.name() + "' cannot store the KV cache as " + kv_type_name(type));
     }
-    // Every layer's K and V pools, then (I8) every layer's K and V scales. Each pool starts 256-byte aligned,
+    // Every layer's K and V pools, then (I8, coded) every layer's K and V scales, then (coded) the constants.
+    // Each pool starts 256-byte aligned,
     // which satisfies every device's storage-buffer offset alignment; page aligned where memory is committed by
     // range, so that giving back a pool's blocks gives back whole pages.
     const uint64_t alignment = commit_ != nullptr ? 4096 : 256;
     const auto aligned = [alignment](uint64_t n) { return (n + alignment - 1) / alignment * alignment; };
-    const auto slots = static_cast<uint64_t>(n_slots_);
     uint64_t end = 0;
     placements_.resize(layers_.size());
-    for (int32_t kind = 0; kind < n_kinds(); ++kind) {
+    for (int32_t kind = 0; kind < n_kinds() + (coded() ? n_constants : 0); ++kind) {
         for (size_t il = 0; il < layers_.size(); ++il) {
             if (layers_[il].kv_dim == 0) continue;
-            const uint64_t row = kind < 2 ? static_cast<uint64_t>(layers_[il].kv_dim) * cellm_dtype_type_size(type)
-                                          : static_cast<uint64_t>(scale_runs(layers_[il])) * sizeof(float);
+            const cellm_tensor_desc t = tensor_shape(layers_[il], kind);
             placements_[il].offset[kind] = end;
-            end = aligned(end + row * slots);
+            end = aligned(end + static_cast<uint64_t>(t.nb[3]) * static_cast<uint64_t>(t.ne[3]));
         }
     }
     buffer_ = DeviceBuffer::allocate(backend, end + 64, CELLM_BUFFER_KV_CACHE);
+    if (coded()) {
+        for (size_t il = 0; il < layers_.size(); ++il) {
+            const cellm_arch_layer_info& layer = layers_[il];
+            if (layer.kv_dim == 0) continue;
+            const auto layer_index = static_cast<int32_t>(il);
+            set_key_transform(layer_index, std::vector<float>(static_cast<size_t>(layer.kv_dim), 0.0f),
+                              std::vector<float>(static_cast<size_t>(layer.kv_dim), 1.0f));
+            write_constant(layer_index, 7, rotation_signs(layer.kv_dim / layer.n_head_kv, rotation_seed));
+        }
+    }
     window_released_.assign(static_cast<size_t>(n_blocks), false);
     if (commit_ != nullptr) {
         for (const cellm_arch_layer_info& layer : layers_) {
@@ -80,32 +119,79 @@ int32_t KvCache::scale_runs(const cellm_arch_layer_info& layer) {
 }
 
 uint64_t KvCache::bytes_per_token(const std::vector<cellm_arch_layer_info>& layers, cellm_dtype type) {
+    const bool coded = type == CELLM_TYPE_R4 || type == CELLM_TYPE_R3;
     uint64_t bytes = 0;
     for (const cellm_arch_layer_info& layer : layers) {
-        auto row = static_cast<uint64_t>(layer.kv_dim) * static_cast<uint64_t>(cellm_dtype_type_size(type));
+        auto row = static_cast<uint64_t>(layer.kv_dim / cellm_dtype_block_size(type)) *
+                   static_cast<uint64_t>(cellm_dtype_type_size(type));
         if (type == CELLM_TYPE_I8) row += static_cast<uint64_t>(scale_runs(layer)) * sizeof(float);
+        if (coded) row += static_cast<uint64_t>(scale_runs(layer)) * sizeof(uint16_t);
         bytes += 2 * row;
     }
     return bytes;
+}
+
+cellm_tensor_desc KvCache::tensor_shape(const cellm_arch_layer_info& info, int32_t kind) const {
+    cellm_tensor_desc d{};
+    d.struct_size = sizeof(d);
+    d.n_dims = 2;
+    d.ne[0] = info.kv_dim;
+    d.ne[1] = n_slots_;
+    d.ne[2] = d.ne[3] = 1;
+    if (kind < 2) {
+        d.type = type_;
+    } else if (kind < 4) {
+        d.type = coded() ? CELLM_TYPE_F16 : CELLM_TYPE_F32;
+        d.ne[0] = scale_runs(info);
+    } else {
+        d.type = CELLM_TYPE_F32;
+        d.ne[1] = 1;
+        if (kind == 6) {  // [head_dim, 1, n_head_kv]: broadcasts over a KV head's query heads
+            d.n_dims = 3;
+            d.ne[0] = info.kv_dim / info.n_head_kv;
+            d.ne[2] = info.n_head_kv;
+        } else if (kind == 7) {
+            d.ne[0] = info.kv_dim / info.n_head_kv;
+        }
+    }
+    fill_strides(d);
+    return d;
 }
 
 cellm_tensor_desc KvCache::tensor(int32_t layer, int32_t kind) const {
     if (layer < 0 || static_cast<size_t>(layer) >= layers_.size() || layers_[static_cast<size_t>(layer)].kv_dim == 0) {
         throw Error("layer " + std::to_string(layer) + " has no KV cache of its own");
     }
-    const cellm_arch_layer_info& info = layers_[static_cast<size_t>(layer)];
-    const bool scales = kind >= 2;
-    cellm_tensor_desc d{};
-    d.struct_size = sizeof(d);
-    d.type = scales ? CELLM_TYPE_F32 : type_;
-    d.n_dims = 2;
-    d.ne[0] = scales ? scale_runs(info) : info.kv_dim;
-    d.ne[1] = n_slots_;
-    d.ne[2] = d.ne[3] = 1;
-    fill_strides(d);
+    if (kind < 0 || kind >= n_kinds() + (coded() ? n_constants : 0)) {
+        throw Error("the KV cache has no tensor of kind " + std::to_string(kind));
+    }
+    cellm_tensor_desc d = tensor_shape(layers_[static_cast<size_t>(layer)], kind);
     d.buffer = buffer_->get();
     d.offset = placements_[static_cast<size_t>(layer)].offset[kind];
     return d;
+}
+
+void KvCache::write_constant(int32_t layer, int32_t kind, const std::vector<float>& values) {
+    const cellm_tensor_desc t = tensor(layer, kind);
+    if (static_cast<int64_t>(values.size()) != t.ne[0] * t.ne[1] * t.ne[2]) throw Error("a KV constant of the wrong size");
+    check(backend_->iface().buffer_write(backend_->handle(), t.buffer, t.offset, values.data(), values.size() * sizeof(float)),
+          "writing the KV cache's rotation constants");
+}
+
+void KvCache::set_key_transform(int32_t layer, const std::vector<float>& shift, const std::vector<float>& scale) {
+    const cellm_arch_layer_info& info = layers_.at(static_cast<size_t>(layer));
+    if (!coded() || shift.size() != static_cast<size_t>(info.kv_dim) || scale.size() != shift.size()) {
+        throw Error("a key transform is for a coded KV cache, one shift and scale per value of a layer's K row");
+    }
+    std::vector<float> inverse(scale.size());
+    for (size_t i = 0; i < scale.size(); ++i) inverse[i] = 1.0f / scale[i];
+    write_constant(layer, 4, shift);
+    write_constant(layer, 5, scale);
+    write_constant(layer, 6, inverse);  // [head_dim, 1, n_head_kv] is the K row's order
+}
+
+uint64_t KvCache::hash_seed() const {
+    return coded() ? (static_cast<uint64_t>(type_) << 32) ^ rotation_seed : static_cast<uint64_t>(type_);
 }
 
 int32_t KvCache::allocate() {

@@ -1,6 +1,8 @@
 // The paged KV cache's storage: K and V of every layer for every block of the pool, in one backend buffer. Each
 // layer's rows have that layer's width (a layer may have none: it reads another layer's pools, or keeps a
-// recurrent state). An I8 (q8) cache also holds each pool's scales (graph.h): one per token and KV head.
+// recurrent state). An I8 (q8) cache also holds each pool's scales (graph.h): one per token and KV head; so does a
+// coded (r4, r3) cache, whose layers also keep the constants of the rotation around their pools (graph.h, kinds
+// 4..7): a fixed per-channel shift and scale of the keys (calibrated on the model, kv/kv_calibration.h) and signs.
 //
 // On a backend that commits memory on request (buffer_commit, the CPU backends) the pool starts with no memory
 // behind it: blocks are committed a chunk ahead of need, so the steps that write them take no page faults,
@@ -30,11 +32,22 @@ public:
     KvCache(Backend& backend, const std::vector<cellm_arch_layer_info>& layers, int32_t n_blocks, int32_t block_size,
             cellm_dtype type);
 
-    // The K (kind 0) or V (kind 1) pool of `layer`, shaped [kv_dim, n_slots]; in an I8 cache also the scale
-    // pools of K (kind 2) and V (kind 3), F32 [scale_runs, n_slots]. Throws for a layer without pools.
+    // The K (kind 0) or V (kind 1) pool of `layer`, shaped [kv_dim, n_slots]; in an I8 or coded cache also the
+    // scale pools of K (kind 2) and V (kind 3), [scale_runs, n_slots] (F32, coded: F16), and in a coded cache the
+    // constants of kinds 4..7 (graph.h). Throws for a layer without pools.
     cellm_tensor_desc tensor(int32_t layer, int32_t kind) const;
-    // Kinds of pool per layer: K and V, and their scales in an I8 cache.
-    int32_t n_kinds() const { return type_ == CELLM_TYPE_I8 ? 4 : 2; }
+    // Kinds of pool per layer that hold a row per slot: K and V, and their scales in an I8 or coded cache.
+    int32_t n_kinds() const { return type_ == CELLM_TYPE_I8 || coded() ? 4 : 2; }
+    // Whether the pools are R4 or R3 (graph.h, "Coded pools").
+    bool coded() const { return type_ == CELLM_TYPE_R4 || type_ == CELLM_TYPE_R3; }
+    // Sets a coded cache's key transform of `layer`: keys are stored as (k + shift) * scale (both kv_dim values)
+    // and queries multiplied by 1 / scale, so q.k changes by q.shift only, the same for every key of a query.
+    // Until set, shift 0 and scale 1. Blocks already written keep the transform they were written with.
+    void set_key_transform(int32_t layer, const std::vector<float>& shift, const std::vector<float>& scale);
+    // Folded into the prefix cache's block hashes: blocks of caches with another type or rotation never match.
+    uint64_t hash_seed() const;
+    // The seed of the rotation's signs (splitmix64; tools/kv_study measured it against others).
+    static constexpr uint64_t rotation_seed = 0x6B76;
     // A block for a sequence (BlockPool::allocate), committing the next chunk first when few committed blocks
     // are left; -1 when the pool is full.
     int32_t allocate();
@@ -68,13 +81,16 @@ public:
     void copy_block(int32_t from, int32_t to);
 
 private:
+    // The shape and type of kind `kind` of a layer (see tensor()), without its place.
+    cellm_tensor_desc tensor_shape(const cellm_arch_layer_info& info, int32_t kind) const;
+    void write_constant(int32_t layer, int32_t kind, const std::vector<float>& values);
     // Commits (or gives back) the memory of blocks [first, end) in every pool, or only in the windowed layers'.
     void set_resident(int32_t first, int32_t end, bool resident, bool windowed_only = false);
     void restore_window_rows(int32_t block);
 
-    // Where one layer's four pools start in the buffer (the scale pools only in an I8 cache).
+    // Where each of a layer's kinds (see tensor()) starts in the buffer.
     struct Placement {
-        uint64_t offset[4] = {};
+        uint64_t offset[8] = {};
     };
 
     Backend* backend_;

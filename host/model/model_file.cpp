@@ -44,6 +44,8 @@ const char* dtype_name(cellm_dtype type) {
     case CELLM_TYPE_Q4A_G32: return "Q4A_G32";
     case CELLM_TYPE_Q4A_G64: return "Q4A_G64";
     case CELLM_TYPE_Q4A_G128: return "Q4A_G128";
+    case CELLM_TYPE_R4: return "R4";
+    case CELLM_TYPE_R3: return "R3";
     default: return "unknown";
     }
 }

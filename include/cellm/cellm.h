@@ -97,7 +97,7 @@ typedef struct cellm_engine_options {
                                 "fast" (other summation orders, within the bounds the backend's docs write);
                                 the backend checks the value */
     /* Since 1.6. */
-    const char* kv_type;       /* [context].kv_type: "f32", "f16" or "q8" */
+    const char* kv_type;       /* [context].kv_type: "f32", "f16", "q8", "r4" or "r3" */
     int32_t memory_budget_mib; /* [context].memory_budget_mib: memory for weights, scratch and KV cache together;
                                   the KV pool (and, when it holds less, the context) is sized from what the
                                   weights and scratch leave (docs/memory.md) */

@@ -1056,7 +1056,7 @@ TEST_P(BackendOps, Int8GraphErrorsNameTheNode) {
     for (const auto& [p, s, problem] : {std::tuple{pool, -1, "needs its scale pool as src[3]"},
                                         std::tuple{pool, uneven, "n_groups must divide 16"},
                                         std::tuple{pool, rows, "must be a KV_CACHE leaf"},
-                                        std::tuple{f32_pool, scales, "only for an I8 pool"}}) {
+                                        std::tuple{f32_pool, scales, "only for an I8, R4 or R3 pool"}}) {
         const std::string m = store(p, s);
         EXPECT_NE(m.find(node), std::string::npos) << m;
         EXPECT_NE(m.find(problem), std::string::npos) << m;
@@ -1075,6 +1075,198 @@ TEST_P(BackendOps, Int8GraphErrorsNameTheNode) {
     EXPECT_NE(m.find("needs its scale pool as src[6]"), std::string::npos) << m;
     nodes[size_t(at)].src[6] = scales;
     EXPECT_EQ(prepare({at}), "");
+}
+
+// ---- The coded KV encodings and HADAMARD (graph.h, "Coded pools") ----
+
+// graph.h's coding of rows written out again: per group of `width` values, squared-magnitude classes against the
+// thresholds, then the least-squares scale rounded to f16; codes packed as tensor.h says.
+struct CodedRows {
+    cellm_dtype type;
+    std::vector<uint8_t> codes;
+    std::vector<uint16_t> scales;
+    std::vector<float> levels;
+
+    CodedRows(cellm_dtype t, const std::vector<float>& x, int64_t width) : type(t) {
+        const std::vector<float> l4 = CELLM_KV_LEVELS_R4, t4 = CELLM_KV_THRESHOLDS_R4;
+        const std::vector<float> l3 = CELLM_KV_LEVELS_R3, t3 = CELLM_KV_THRESHOLDS_R3;
+        levels = t == CELLM_TYPE_R4 ? l4 : l3;
+        const std::vector<float>& thresholds = t == CELLM_TYPE_R4 ? t4 : t3;
+        const int bits = t == CELLM_TYPE_R4 ? 4 : 3, half = static_cast<int>(levels.size()) / 2;
+        codes.assign(x.size() * size_t(bits) / 8, 0);
+        for (size_t g = 0; g < x.size() / size_t(width); ++g) {
+            const float* y = x.data() + g * size_t(width);
+            float ss = 0;
+            for (int64_t i = 0; i < width; ++i) ss = std::fma(y[i], y[i], ss);
+            float p = 0, q = 0;
+            for (int64_t i = 0; i < width; ++i) {
+                int k = 0;
+                for (float th : thresholds) k += (y[i] * y[i]) * float(width) > (th * th) * ss ? 1 : 0;
+                const int code = y[i] < 0 ? half - 1 - k : half + k;
+                const size_t bit = (g * size_t(width) + size_t(i)) * size_t(bits);
+                for (int b = 0; b < bits; ++b)
+                    if ((code >> b) & 1) codes[(bit + size_t(b)) / 8] |= uint8_t(1u << ((bit + size_t(b)) % 8));
+                p = std::fma(y[i], levels[size_t(code)], p);
+                q = std::fma(levels[size_t(code)], levels[size_t(code)], q);
+            }
+            scales.push_back(cellm::blocks::fp32_to_fp16(p / q));
+        }
+    }
+    int code(size_t i) const {
+        const int bits = type == CELLM_TYPE_R4 ? 4 : 3;
+        int c = 0;
+        for (int b = 0; b < bits; ++b) {
+            const size_t bit = i * size_t(bits) + size_t(b);
+            c |= ((codes[bit / 8] >> (bit % 8)) & 1) << b;
+        }
+        return c;
+    }
+    float value(size_t i, int64_t width) const {
+        return cellm::blocks::fp16_to_fp32(scales[i / size_t(width)]) * levels[size_t(code(i))];
+    }
+};
+
+bool takes_coded_pools(const cellm_backend_iface* be, cellm_backend* backend) {
+    return be->supports_op(backend, CELLM_OP_KV_STORE, CELLM_TYPE_R4) != 0;
+}
+
+// A store into R4 and R3 pools writes graph.h's codes and scales, bit for bit (the first token's first head all
+// zeros: scale 0), the decoded rows stay within the quantizer's error, and attention over them is the float math
+// of the decoded values.
+TEST_P(BackendOps, CodedPoolsStoreTheirCodesAndAttend) {
+    if (!takes_coded_pools(be, backend)) GTEST_SKIP() << GetParam().name << " declines coded KV pools";
+    for (cellm_dtype type : {CELLM_TYPE_R4, CELLM_TYPE_R3}) {
+        SCOPED_TRACE(type == CELLM_TYPE_R4 ? "r4" : "r3");
+        clear_graph();
+        const int32_t n_head = 4, n_kv = 2, hd = 16, bs = 2, n_slots = 8, max_blocks = 2;
+        const int32_t kv_dim = n_kv * hd;
+        const float scale = 0.5f;
+        const std::vector<int32_t> table{3, 1}, seq{0, 0}, pos{2, 3};
+        auto slot_of = [&](int j) { return table[size_t(j / bs)] * bs + j % bs; };
+        const int nt = 2;
+        std::vector<float> k_all = random_floats(size_t(n_slots) * kv_dim, 30, 2.0f), v_all = random_floats(size_t(n_slots) * kv_dim, 31);
+        const CodedRows k_old(type, k_all, hd), v_old(type, v_all, hd);
+        const int32_t kc = leaf(CELLM_OP_KV_CACHE, type, kv_dim, n_slots, k_old.codes.data());
+        const int32_t vc = leaf(CELLM_OP_KV_CACHE, type, kv_dim, n_slots, v_old.codes.data());
+        const int32_t kscales = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, n_kv, n_slots, k_old.scales.data());
+        const int32_t vscales = leaf(CELLM_OP_KV_CACHE, CELLM_TYPE_F16, n_kv, n_slots, v_old.scales.data());
+        std::vector<float> k_new = random_floats(size_t(nt) * kv_dim, 32, 3.0f), v_new = random_floats(size_t(nt) * kv_dim, 33);
+        std::fill(k_new.begin(), k_new.begin() + hd, 0.0f);
+        const std::vector<float> q = random_floats(size_t(nt) * n_head * hd, 34, 2.0f);
+        const int32_t kn = f32_weight(k_new, kv_dim, nt), vn = f32_weight(v_new, kv_dim, nt), qn = f32_weight(q, hd * n_head, nt);
+        const int32_t qr = add(CELLM_OP_RESHAPE, CELLM_TYPE_F32, {hd, n_head, nt}, {qn});
+        const int32_t tb = input(CELLM_INPUT_BLOCK_TABLE, {max_blocks, 1});
+        const int32_t sq = input(CELLM_INPUT_TOKEN_SEQ, {nt});
+        const int32_t ps = input(CELLM_INPUT_POSITIONS, {nt});
+        const int32_t sl = input(CELLM_INPUT_SLOTS, {nt});
+        const int32_t ks = add(CELLM_OP_KV_STORE, type, {kv_dim, n_slots}, {kc, kn, sl, kscales});
+        const int32_t vs = add(CELLM_OP_KV_STORE, type, {kv_dim, n_slots}, {vc, vn, sl, vscales});
+        const int32_t at = add(CELLM_OP_ATTENTION, CELLM_TYPE_F32, {hd * n_head, nt}, {qr, ks, vs, tb, sq, ps, kscales, vscales},
+                               {n_head, n_kv, hd, bs, 0}, {scale, 0.0f});
+        ASSERT_EQ(prepare({at}), "");
+        const std::vector<int32_t> slots{slot_of(pos[0]), slot_of(pos[1])};
+        ASSERT_EQ(execute({{tb, table}, {sq, seq}, {ps, pos}, {sl, slots}}), "");
+
+        for (int t = 0; t < nt; ++t)
+            for (int d = 0; d < kv_dim; ++d) {
+                k_all[size_t(slots[t] * kv_dim + d)] = k_new[size_t(t * kv_dim + d)];
+                v_all[size_t(slots[t] * kv_dim + d)] = v_new[size_t(t * kv_dim + d)];
+            }
+        const CodedRows k_want(type, k_all, hd), v_want(type, v_all, hd);
+        EXPECT_EQ(k_want.scales[size_t(slots[0] * n_kv)], 0u);
+        auto stored = [&](int32_t node, auto& into) {
+            const cellm_tensor_desc& t = nodes[size_t(node)].tensor;
+            EXPECT_EQ(message(be->buffer_read(backend, t.buffer, t.offset, into.data(), into.size() * sizeof(into[0]))), "");
+        };
+        for (auto [pool, scales, want] : {std::tuple{kc, kscales, &k_want}, std::tuple{vc, vscales, &v_want}}) {
+            std::vector<uint8_t> codes(want->codes.size());
+            std::vector<uint16_t> got_scales(want->scales.size());
+            stored(pool, codes);
+            stored(scales, got_scales);
+            EXPECT_EQ(codes, want->codes);
+            EXPECT_EQ(got_scales, want->scales);
+        }
+        // The round trip: relative squared error of Gaussian-like rows near the quantizer's (0.0095, 0.035).
+        double err = 0, energy = 0;
+        for (size_t i = 0; i < v_all.size(); ++i) {
+            err += std::pow(double(v_want.value(i, hd)) - v_all[i], 2);
+            energy += double(v_all[i]) * v_all[i];
+        }
+        EXPECT_LT(err / energy, type == CELLM_TYPE_R4 ? 0.03 : 0.08);
+
+        std::vector<float> want(size_t(nt) * n_head * hd, 0.0f);
+        for (int t = 0; t < nt; ++t)
+            for (int h = 0; h < n_head; ++h) {
+                const int kvh = h / (n_head / n_kv);
+                std::vector<double> w;
+                for (int j = 0; j <= pos[t]; ++j) {
+                    double sc = 0;
+                    for (int d = 0; d < hd; ++d)
+                        sc += double(q[size_t((t * n_head + h) * hd + d)]) * k_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), hd);
+                    w.push_back(sc * scale);
+                }
+                double mx = *std::max_element(w.begin(), w.end()), sum = 0;
+                for (double& x : w) sum += x = std::exp(x - mx);
+                for (int j = 0; j <= pos[t]; ++j)
+                    for (int d = 0; d < hd; ++d)
+                        want[size_t((t * n_head + h) * hd + d)] +=
+                            float(w[size_t(j)] / sum * v_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), hd));
+            }
+        expect_near_all(results[0], want, 1e-5f, "attention");
+    }
+}
+
+// HADAMARD is graph.h's butterflies in float, bit for bit, in both directions; the inverse undoes the forward
+// rotation to rounding, and the rotation keeps a run's length. Bad run lengths and signs name the node.
+TEST_P(BackendOps, HadamardRotatesRunsAsTheButterfliesDo) {
+    if (be->supports_op(backend, CELLM_OP_HADAMARD, CELLM_TYPE_F32) == 0) GTEST_SKIP() << GetParam().name << " declines HADAMARD";
+    const int64_t d = 64, runs = 5;
+    const std::vector<float> x = random_floats(size_t(d * runs), 40, 3.0f);
+    std::vector<float> signs(static_cast<size_t>(d));
+    for (size_t i = 0; i < signs.size(); ++i) signs[i] = (i * 7 + 3) % 5 < 2 ? -1.0f : 1.0f;
+    const float c = float(1.0 / std::sqrt(double(d)));
+    auto butterflies = [&](std::vector<float> v, bool inverse) {
+        for (int64_t r = 0; r < runs; ++r) {
+            float* y = v.data() + r * d;
+            if (!inverse) for (int64_t i = 0; i < d; ++i) y[i] *= signs[size_t(i)];
+            for (int64_t h = 1; h < d; h *= 2)
+                for (int64_t j = 0; j < d; ++j)
+                    if (j % (2 * h) < h) {
+                        const float a = y[j], b = y[j + h];
+                        y[j] = a + b;
+                        y[j + h] = a - b;
+                    }
+            for (int64_t i = 0; i < d; ++i) y[i] *= c;
+            if (inverse) for (int64_t i = 0; i < d; ++i) y[i] *= signs[size_t(i)];
+        }
+        return v;
+    };
+    const int32_t xn = f32_weight(x, d, runs), sn = f32_weight(signs, d, 1);
+    const int32_t fwd = add(CELLM_OP_HADAMARD, CELLM_TYPE_F32, {d, runs}, {xn, sn}, {int32_t(d), 0}, {c});
+    const int32_t back = add(CELLM_OP_HADAMARD, CELLM_TYPE_F32, {d, runs}, {fwd, sn}, {int32_t(d), 1}, {c});
+    ASSERT_EQ(prepare({fwd, back}), "");
+    ASSERT_EQ(execute({}), "");
+    expect_identical(results[0], butterflies(x, false), "forward");
+    expect_identical(results[1], butterflies(results[0], true), "inverse");
+    expect_near_all(results[1], x, 1e-5f, "inverse of forward");
+    for (int64_t r = 0; r < runs; ++r) {
+        double in = 0, out = 0;
+        for (int64_t i = 0; i < d; ++i) {
+            in += double(x[size_t(r * d + i)]) * x[size_t(r * d + i)];
+            out += double(results[0][size_t(r * d + i)]) * results[0][size_t(r * d + i)];
+        }
+        EXPECT_NEAR(out, in, 1e-4 * in);
+    }
+
+    for (const auto& [run, problem] : {std::pair{int32_t{48}, "not a power of two"}, std::pair{int32_t{128}, "is not made of runs"},
+                                       std::pair{int32_t{32}, "signs shape"}}) {
+        clear_graph();
+        const int32_t xi = f32_weight(x, d, runs), si = f32_weight(signs, d, 1);
+        const int32_t bad = add(CELLM_OP_HADAMARD, CELLM_TYPE_F32, {d, runs}, {xi, si}, {run, 0}, {c});
+        const std::string m = prepare({bad});
+        EXPECT_NE(m.find("node " + std::to_string(bad) + " (HADAMARD)"), std::string::npos) << m;
+        EXPECT_NE(m.find(problem), std::string::npos) << m;
+    }
 }
 
 // Instances asked for one and for two threads: each reports what its backend does with the request, and both

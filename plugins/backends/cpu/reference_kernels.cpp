@@ -1,6 +1,7 @@
 #include "reference_kernels.hpp"
 
 #include "blocks.h"
+#include "coded_kv.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -273,16 +274,27 @@ void kv_store(const Context& c) {
                         reinterpret_cast<int8_t*>(pool.data) + slots[t] * pool.ne[0], scales.f32() + slots[t] * scales.ne[0]);
         return;
     }
+    if (coded_kv(pool.type)) {
+        const Node& scales = c.src(3);
+        const uint64_t row_bytes = static_cast<uint64_t>(pool.ne[0] / cellm_dtype_block_size(pool.type) *
+                                                         cellm_dtype_type_size(pool.type));
+        for (int64_t t = 0; t < n_tokens; ++t)
+            code_row(pool.type, rows.f32() + t * rows.ne[0], pool.ne[0], pool.ne[0] / scales.ne[0],
+                     reinterpret_cast<uint8_t*>(pool.data) + static_cast<uint64_t>(slots[t]) * row_bytes,
+                     reinterpret_cast<uint16_t*>(scales.data) + slots[t] * scales.ne[0]);
+        return;
+    }
     const uint64_t row_bytes = blocks::row_bytes(pool.type, pool.ne[0]);
     for (int64_t t = 0; t < n_tokens; ++t)
         blocks::quantize_row(pool.type, rows.f32() + t * rows.ne[0], pool.data + static_cast<uint64_t>(slots[t]) * row_bytes,
                              pool.ne[0]);
 }
 
-// Part of one pool row as floats. `scales` is the scale pool of an I8 pool, nullptr for the other types.
+// Part of one pool row as floats. `scales` is the scale pool of an I8 or coded pool, nullptr for the other types.
 const float* pool_segment(const Node& pool, const Node* scales, int64_t slot, int64_t offset, int64_t n, float* scratch) {
     if (pool.type == CELLM_TYPE_F32) return pool.f32() + slot * pool.ne[0] + offset;
     if (pool.type == CELLM_TYPE_I8) expand_i8(pool, *scales, slot, offset, n, scratch);
+    else if (coded_kv(pool.type)) expand_slot(pool, *scales, slot, offset, n, scratch);
     else blocks::dequantize_row(pool.type, pool.data + (slot * pool.ne[0] + offset) * 2, scratch, n);
     return scratch;
 }
@@ -412,6 +424,12 @@ void expand_i8(const Node& pool, const Node& scales, int64_t slot, int64_t offse
     for (int64_t i = offset; i < offset + n; ++i) out[i - offset] = row_scales[i / width] * static_cast<float>(codes[i]);
 }
 
+void expand_slot(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out) {
+    const int64_t row_bytes = pool.ne[0] / cellm_dtype_block_size(pool.type) * cellm_dtype_type_size(pool.type);
+    expand_coded(pool.type, reinterpret_cast<const uint8_t*>(pool.data) + slot * row_bytes, reinterpret_cast<const uint16_t*>(scales.data) + slot * scales.ne[0],
+                 pool.ne[0] / scales.ne[0], offset, n, out);
+}
+
 void attention_weights(const AttentionShape& a, float* scores, int64_t n) {
     float best = -INFINITY;
     for (int64_t j = 0; j < n; ++j) {
@@ -463,6 +481,7 @@ int64_t reference_parts(const Plan& plan, int32_t index) {
     case CELLM_OP_LAYER_NORM: return node.rows();
     case CELLM_OP_PATCHES: case CELLM_OP_SET_ROWS: return node.ne[1];
     case CELLM_OP_SELF_ATTENTION: return node.ne[1] * node.iparams[0];  // (token, head) pairs
+    case CELLM_OP_HADAMARD: return node.nelements() / node.iparams[0];  // runs
     default: return 0;  // MATMUL and ATTENTION use the plan's scratch; KV_STORE checks every slot before writing
     }
 }
@@ -523,6 +542,12 @@ void run_reference_part(Plan& plan, int32_t index, int64_t begin, int64_t end) {
     case CELLM_OP_PATCHES: patches(c); break;
     case CELLM_OP_SELF_ATTENTION: self_attention(c); break;
     case CELLM_OP_SET_ROWS: set_rows(c); break;
+    case CELLM_OP_HADAMARD:
+        for (int64_t r = begin; r < end; ++r) {
+            const int64_t d = c.node.iparams[0];
+            hadamard(c.src(0).f32() + r * d, c.node.f32() + r * d, d, c.src(1).f32(), c.node.fparams[0], c.node.iparams[1] == 1);
+        }
+        break;
     default: break;  // leaves, inputs (copied in by execute) and RESHAPE (an alias) do no work
     }
 }

@@ -61,6 +61,8 @@ void attention_weights(const AttentionShape& a, float* scores, int64_t n);
 // Values [offset, offset + n) of slot `slot` of an I8 pool whose scale pool is `scales` (graph.h), as floats:
 // scale * code, each value with its group's scale.
 void expand_i8(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out);
+// The same for a coded (R4 or R3) pool with its F16 scale pool.
+void expand_slot(const Node& pool, const Node& scales, int64_t slot, int64_t offset, int64_t n, float* out);
 
 // ROPE, in two halves a backend may cache between: the angles of one position (cos of pair i at cos_sin[i], sin
 // at cos_sin[half + i], computed in double and rounded, `factors` dividing them when not null), then the

@@ -41,6 +41,7 @@ const char* op_name(cellm_op op) {
     case CELLM_OP_PATCHES: return "PATCHES";
     case CELLM_OP_SELF_ATTENTION: return "SELF_ATTENTION";
     case CELLM_OP_SET_ROWS: return "SET_ROWS";
+    case CELLM_OP_HADAMARD: return "HADAMARD";
     case CELLM_OP_COUNT: break;
     }
     return "unknown op";
@@ -50,7 +51,8 @@ bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype)) {
     switch (op) {
     case CELLM_OP_WEIGHT: case CELLM_OP_GET_ROWS: case CELLM_OP_MATMUL: return weights(type);
     case CELLM_OP_KV_CACHE: case CELLM_OP_KV_STORE:
-        return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8;
+        return type == CELLM_TYPE_F32 || type == CELLM_TYPE_F16 || type == CELLM_TYPE_I8 || type == CELLM_TYPE_R4 ||
+               type == CELLM_TYPE_R3;
     case CELLM_OP_INPUT: return type == CELLM_TYPE_I32 || type == CELLM_TYPE_F32;  // per kind: input() checks
     case CELLM_OP_RESHAPE: return type == CELLM_TYPE_F32 || type == CELLM_TYPE_I32;
     case CELLM_OP_ADD: case CELLM_OP_MUL: case CELLM_OP_SCALE: case CELLM_OP_RMS_NORM: case CELLM_OP_SILU:
@@ -60,6 +62,7 @@ bool op_accepts(cellm_op op, cellm_dtype type, bool (*weights)(cellm_dtype)) {
     case CELLM_OP_SIGMOID: case CELLM_OP_SOFTPLUS: case CELLM_OP_STATE: case CELLM_OP_SSM_CONV: case CELLM_OP_DELTA_NET:
         return type == CELLM_TYPE_F32;
     case CELLM_OP_LAYER_NORM: case CELLM_OP_PATCHES: case CELLM_OP_SELF_ATTENTION: case CELLM_OP_SET_ROWS:
+    case CELLM_OP_HADAMARD:
         return type == CELLM_TYPE_F32;
     default: return false;
     }
@@ -110,6 +113,7 @@ Arity arity(cellm_op op) {
     case CELLM_OP_LAYER_NORM: return {1, 2};
     case CELLM_OP_PATCHES: return {1, 0};
     case CELLM_OP_SELF_ATTENTION: case CELLM_OP_SET_ROWS: return {3, 0};
+    case CELLM_OP_HADAMARD: return {2, 0};
     default: return {-1, 0};
     }
 }
@@ -156,6 +160,7 @@ public:
         case CELLM_OP_PATCHES: newer_op(); patches(); break;
         case CELLM_OP_SELF_ATTENTION: newer_op(); self_attention(); break;
         case CELLM_OP_SET_ROWS: newer_op(); set_rows(); break;
+        case CELLM_OP_HADAMARD: newer_op(); hadamard(); break;
         default: break;
         }
         if (n_.bytes == 0) n_.bytes = static_cast<uint64_t>(n_.nelements()) * sizeof(float);
@@ -198,17 +203,19 @@ private:
                        shape_text(n_.ne));
     }
 
-    // Source k is the scale pool (graph.h) of `pool` when pool is I8, and absent otherwise.
+    // Source k is the scale pool (graph.h) of `pool` when pool is I8 (F32 scales) or coded (F16), and absent
+    // otherwise.
     void expect_scales(int k, const Node& pool, const std::string& pool_role) const {
         const std::string role = "src[" + std::to_string(k) + "]";
-        if (pool.type != CELLM_TYPE_I8) {
-            expect(!has(k), role + " (scales) is only for an I8 pool, and " + pool_role + " is not one");
+        const bool coded = pool.type == CELLM_TYPE_R4 || pool.type == CELLM_TYPE_R3;
+        if (pool.type != CELLM_TYPE_I8 && !coded) {
+            expect(!has(k), role + " (scales) is only for an I8, R4 or R3 pool, and " + pool_role + " is not one");
             return;
         }
-        expect(has(k), "the I8 pool " + pool_role + " needs its scale pool as " + role);
+        expect(has(k), "the " + std::string(coded ? "coded" : "I8") + " pool " + pool_role + " needs its scale pool as " + role);
         const Node& scales = src(k);
         expect(scales.op == CELLM_OP_KV_CACHE, role + " (scales) must be a KV_CACHE leaf");
-        expect_type(k, CELLM_TYPE_F32, "scales");
+        expect_type(k, coded ? CELLM_TYPE_F16 : CELLM_TYPE_F32, "scales");
         expect(scales.ne[1] == pool.ne[1] && scales.ne[2] == 1 && scales.ne[3] == 1 && pool.ne[0] % scales.ne[0] == 0,
                role + " (scales) shape " + shape_text(scales.ne) + " is not [n_groups, n_slots] for the pool " +
                    shape_text(pool.ne) + " (n_groups must divide " + std::to_string(pool.ne[0]) + ")");
@@ -245,7 +252,8 @@ private:
             expect((reinterpret_cast<uintptr_t>(facts->host) + t.offset) % element == 0, "tensor data is not aligned to its type");
         if (n_.op == CELLM_OP_KV_CACHE) {
             expect(facts->writable, "KV pool lives in a read-only buffer");
-            expect(n_.ne[2] == 1 && n_.ne[3] == 1, "KV pool must be [kv_dim, n_slots]");
+            // Kind 6, a coded pool's query channel scale, is [head_dim, 1, n_head_kv] (graph.h).
+            expect((n_.ne[2] == 1 || n_.iparams[1] == 6) && n_.ne[3] == 1, "KV pool must be [kv_dim, n_slots]");
         }
         if (n_.op == CELLM_OP_STATE) {
             expect(facts->writable, "state lives in a read-only buffer");
@@ -393,6 +401,17 @@ private:
         expect(n_.type == src(0).type, "type differs from its source");
         expect(n_.nelements() == src(0).nelements(), "element count differs from its source");
         n_.bytes = src(0).bytes;
+    }
+
+    void hadamard() {
+        const int32_t d = n_.iparams[0];
+        expect_type(0, CELLM_TYPE_F32, "src0");
+        expect(d >= 2 && d <= (1 << 16) && (d & (d - 1)) == 0, "run length " + std::to_string(d) + " is not a power of two in [2, 65536]");
+        expect(src(0).ne[0] % d == 0, "src0 shape " + shape_text(src(0).ne) + " is not made of runs of " + std::to_string(d));
+        expect_type(1, CELLM_TYPE_F32, "signs");
+        expect(src(1).ne == Shape{d, 1, 1, 1}, "signs shape " + shape_text(src(1).ne) + " is not [" + std::to_string(d) + "]");
+        expect(n_.iparams[1] == 0 || n_.iparams[1] == 1, "direction must be 0 (forward) or 1 (inverse)");
+        expect_output(CELLM_TYPE_F32, src(0).ne);
     }
 
     void view() {

@@ -16,6 +16,10 @@ struct AttentionScratch {
     std::vector<std::vector<float>> query;   // a task's queries rounded to the pool's type
     std::vector<std::vector<float>> values;  // one head's K or V values of an I8 pool, expanded
     std::vector<std::vector<int64_t>> rows;  // where each key position's K and V start in an F16 pool
+    // A prefill chunk's K and V rows of I8 and coded pools, expanded once for the step: row r's positions
+    // dense_first[r].. start at dense_at[r] (-1: expanded per token instead).
+    std::vector<float> dense_k, dense_v;
+    std::vector<int64_t> dense_at, dense_first;
 };
 
 // Runs node `index` (ATTENTION) of `plan`; throws plugin::Failure on out-of-range runtime inputs.
