@@ -17,8 +17,8 @@ layout(push_constant, scalar) uniform Push {
     Ints table;      // [max_blocks, n_seqs]
     Ints seqs;       // [n_tokens]
     Ints positions;  // [n_tokens]
-    Floats k_scales; // [k_groups, n_slots] (I8 pools)
-    Floats v_scales;
+    Words k_scales;  // [k_groups, n_slots]: F32 for I8 pools, F16 for coded ones
+    Words v_scales;
     Floats out_;     // [head_dim * n_head, n_tokens]
     uint n_head, group, head_dim, block_size, window, max_blocks, kv_dim;
     uint k_type, v_type, k_groups, v_groups;
@@ -33,12 +33,17 @@ shared uint slots[CACHE];
 shared float reduce_max[THREADS];
 shared float total_of_exps;
 
-float pool_value(Words pool, uint type, Floats scales, uint groups, uint slot, uint i) {
+float pool_value(Words pool, uint type, Words scales, uint groups, uint slot, uint i) {
     const uint at = slot * pc.kv_dim + i;
     if (type == T_F32) return uintBitsToFloat(pool.w[at]);
     if (type == T_F16) return half_at(pool, 2u * at);
+    const uint group = slot * groups + i / (pc.kv_dim / groups);
+    if (type == T_R4 || type == T_R3) {
+        precise float v = half_at(scales, 2u * group) * coded_level(type, code_at(pool, type, at));
+        return v;
+    }
     const int code = int(byte_at(pool, at) << 24) >> 24;
-    precise float v = scales.f[slot * groups + i / (pc.kv_dim / groups)] * float(code);
+    precise float v = uintBitsToFloat(scales.w[group]) * float(code);
     return v;
 }
 

@@ -58,6 +58,25 @@ float round_bf16(float f) { return uintBitsToFloat(bf16_bits(f) << 16); }
 #define T_Q6_K 14
 #define T_I8 24
 #define T_BF16 30
+#define T_R4 120
+#define T_R3 121
+
+// The coded KV types' levels and thresholds (graph.h, "Coded pools"); a row's codes are one little-endian bit
+// stream, value i at bits BITS * i.
+const float LEVELS_R4[16] = float[](-2.7322, -2.0685, -1.6175, -1.2557, -0.9419, -0.6564, -0.3878, -0.1283, 0.1283,
+                                    0.3878, 0.6564, 0.9419, 1.2557, 1.6175, 2.0685, 2.7322);
+const float THRESHOLDS_R4[7] = float[](0.25805, 0.5221, 0.79915, 1.0988, 1.4366, 1.843, 2.40035);
+const float LEVELS_R3[8] = float[](-2.1520, -1.3440, -0.7561, -0.2451, 0.2451, 0.7561, 1.3440, 2.1520);
+const float THRESHOLDS_R3[3] = float[](0.5006, 1.05005, 1.748);
+uint code_bits(uint type) { return type == T_R4 ? 4u : 3u; }
+float coded_level(uint type, uint code) { return type == T_R4 ? LEVELS_R4[code] : LEVELS_R3[code]; }
+// Code `index` of a pool whose rows are bit streams.
+uint code_at(Words p, uint type, uint index) {
+    const uint bits = code_bits(type), at = index * bits, shift = at & 31u;
+    uint v = p.w[at >> 5] >> shift;
+    if (shift + bits > 32u) v |= p.w[(at >> 5) + 1u] << (32u - shift);
+    return v & ((1u << bits) - 1u);
+}
 
 // Grids wider than 65535 workgroups wrap into y (the host's grid()), so a workgroup's number is this.
 uint group_index() { return gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x; }

@@ -11,7 +11,7 @@ layout(push_constant, scalar) uniform Push {
     Floats rows;    // F32 [kv_dim, n_tokens]
     Ints slots;     // I32 [n_tokens]
     Words pool;     // [kv_dim, n_slots]
-    Floats scales;  // F32 [n_groups, n_slots] (I8)
+    Words scales;   // [n_groups, n_slots]: F32 (I8) or F16 (R4, R3)
     uint kv_dim, n_tokens, n_groups;
 } pc;
 
@@ -23,6 +23,46 @@ const uint PER_WORD = 2u;
 const uint PER_WORD = 4u;
 #endif
 
+#if POOL_TYPE == T_R4 || POOL_TYPE == T_R3
+// A coded pool: one invocation per (token, group), which writes the group's words of codes (whole words: the host
+// checks the groups fill them) and its half of a scale word, beside another group's (or slot's) half.
+void main() {
+    const uint width = pc.kv_dim / pc.n_groups, bits = code_bits(POOL_TYPE), half_levels = 1u << (bits - 1u);
+    const uint g = group_index() * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+    if (g >= pc.n_groups * pc.n_tokens) return;
+    const uint t = g / pc.n_groups, group = g % pc.n_groups;
+    const uint slot = uint(pc.slots.i[t]), src = t * pc.kv_dim + group * width;
+    precise float sum_sq = 0.0;
+    for (uint i = 0u; i < width; ++i) sum_sq = fma_ref(pc.rows.f[src + i], pc.rows.f[src + i], sum_sq);
+    precise float along = 0.0, length = 0.0;
+    uint word = 0u, filled = 0u, at = (slot * pc.kv_dim + group * width) * bits / 32u;
+    for (uint i = 0u; i < width; ++i) {
+        const float y = pc.rows.f[src + i];
+        precise float lhs = (y * y) * float(width);
+        uint k = 0u;
+        for (uint c = 0u; c + 1u < half_levels; ++c) {
+            const float th = POOL_TYPE == T_R4 ? THRESHOLDS_R4[c] : THRESHOLDS_R3[c];
+            precise float rhs = (th * th) * sum_sq;
+            if (lhs > rhs) ++k;
+        }
+        const uint code = y < 0.0 ? half_levels - 1u - k : half_levels + k;
+        const float level = coded_level(POOL_TYPE, code);
+        along = fma_ref(y, level, along);
+        length = fma_ref(level, level, length);
+        word |= code << filled;
+        filled += bits;
+        if (filled >= 32u) {
+            pc.pool.w[at++] = word;
+            filled -= 32u;
+            word = filled > 0u ? code >> (bits - filled) : 0u;
+        }
+    }
+    if (filled > 0u) pc.pool.w[at] = word;
+    const uint index = slot * pc.n_groups + group, shift = (index & 1u) * 16u;
+    atomicAnd(pc.scales.w[index >> 1], ~(0xFFFFu << shift));
+    atomicOr(pc.scales.w[index >> 1], f16_bits(div_ref(along, length)) << shift);
+}
+#else
 void main() {
     const uint words = pc.kv_dim / PER_WORD;
     const uint g = (group_index() * gl_WorkGroupSize.x + gl_LocalInvocationID.x);
@@ -42,7 +82,7 @@ void main() {
         float amax = 0.0;
         for (uint j = group * width; j < (group + 1u) * width; ++j) amax = max(amax, abs(pc.rows.f[t * pc.kv_dim + j]));
         const float scale = amax / 127.0;
-        if (i == group * width) pc.scales.f[slot * pc.n_groups + group] = scale;
+        if (i == group * width) pc.scales.w[slot * pc.n_groups + group] = floatBitsToUint(scale);
         float code = 0.0;
         if (scale != 0.0) {
             const float v = pc.rows.f[src + e] / scale;
@@ -53,3 +93,4 @@ void main() {
     pc.pool.w[dst] = packed;
 #endif
 }
+#endif

@@ -573,16 +573,22 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             input_of(i, 2, "slots");
             const Node& pool = node(src(0));
             const Node& rows = node(src(1));
+            const bool coded = pool.type == CELLM_TYPE_R4 || pool.type == CELLM_TYPE_R3;
             const int64_t per_word = pool.type == CELLM_TYPE_F32 ? 1 : pool.type == CELLM_TYPE_F16 ? 2 : 4;
-            if (pool.ne[0] % per_word != 0 || n.offset % 4 != 0)
-                fail(i, CELLM_ERR_UNSUPPORTED, "pool rows must fill whole 32-bit words");
-            const bool int8 = pool.type == CELLM_TYPE_I8;
+            const bool scaled = pool.type == CELLM_TYPE_I8 || coded;
+            const int64_t groups = scaled ? node(src(3)).ne[0] : 1;
+            // A coded pool's invocation writes one group's codes: the group fills whole words.
+            const int64_t word_values = coded ? (pool.type == CELLM_TYPE_R4 ? 8 : 32) : per_word;
+            if ((coded ? pool.ne[0] / groups : pool.ne[0]) % word_values != 0 || n.offset % 4 != 0)
+                fail(i, CELLM_ERR_UNSUPPORTED, coded ? "a coded pool's groups must fill whole 32-bit words"
+                                                     : "pool rows must fill whole 32-bit words");
             d.shader = "kv_store_" + std::to_string(pool.type);
-            p << address(src(1)) << address(src(2)) << address(i) << (int8 ? address(src(3)) : address(i))
-              << u32(pool.ne[0]) << u32(rows.ne[1]) << u32(int8 ? node(src(3)).ne[0] : 1);
-            d.groups = grid(static_cast<uint64_t>(pool.ne[0] / per_word * rows.ne[1]), 256);
+            p << address(src(1)) << address(src(2)) << address(i) << (scaled ? address(src(3)) : address(i))
+              << u32(pool.ne[0]) << u32(rows.ne[1]) << u32(groups);
+            d.groups = coded ? grid(static_cast<uint64_t>(groups * rows.ne[1]), 256)
+                             : grid(static_cast<uint64_t>(pool.ne[0] / per_word * rows.ne[1]), 256);
             std::vector<Range> w{range(i)};
-            if (int8) w.push_back(range(src(3)));
+            if (scaled) w.push_back(range(src(3)));
             emit(d, {range(src(1)), range(src(2))}, w);
             break;
         }
@@ -636,6 +642,15 @@ Plan::Plan(Device& device, const graph::Checked& checked, bool profile) : device
             for (int k = 0; k < 8; ++k)
                 if (src(k) >= 0) r.push_back(range(src(k)));
             emit(d, r, {range(i)});
+            break;
+        }
+        case CELLM_OP_HADAMARD: {
+            const uint64_t runs = static_cast<uint64_t>(n.nelements() / n.iparams[0]);
+            d.shader = "hadamard";
+            p << address(src(0)) << address(src(1)) << address(i) << u32(n.iparams[0]) << u32(static_cast<int64_t>(runs))
+              << uint32_t{n.iparams[1] == 1 ? 1u : 0u} << n.fparams[0];
+            d.groups = grid(runs, 64);
+            emit(d, {range(src(0)), range(src(1))}, {range(i)});
             break;
         }
         case CELLM_OP_VIEW: {

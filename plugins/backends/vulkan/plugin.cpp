@@ -41,11 +41,7 @@ bool weight_type(cellm_dtype type) {
     }
 }
 
-// The coded KV types and the rotation around them (ABI 1.5) have no shaders yet.
-bool accepts(cellm_op op, cellm_dtype type) {
-    return op != CELLM_OP_HADAMARD && type != CELLM_TYPE_R4 && type != CELLM_TYPE_R3 &&
-           graph::op_accepts(op, type, weight_type);
-}
+bool accepts(cellm_op op, cellm_dtype type) { return graph::op_accepts(op, type, weight_type); }
 
 cellm_status* create(const cellm_option* options, size_t n_options, cellm_backend** out) {
     return guard([&]() -> cellm_status* {
