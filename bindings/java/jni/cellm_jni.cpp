@@ -202,11 +202,11 @@ jobjectArray list_backends(JNIEnv* env, jclass, jbyteArray plugin_path) {
 
 jlong engine_open(JNIEnv* env, jclass, jbyteArray manifest_path, jbyteArray manifest_text, jbyteArray model_path,
                   jbyteArray backend, jint threads, jint context_length, jint max_sessions, jbyteArray plugin_path,
-                  jbyteArray mmproj_path, jbyteArray precision) {
+                  jbyteArray mmproj_path, jbyteArray precision, jbyteArray kv_type, jint memory_budget_mib) {
     return guarded<jlong>(env, 0, [&] {
         const Utf8 manifest_path_s(env, manifest_path), manifest_text_s(env, manifest_text),
             model_path_s(env, model_path), backend_s(env, backend), plugin_path_s(env, plugin_path),
-            mmproj_path_s(env, mmproj_path), precision_s(env, precision);
+            mmproj_path_s(env, mmproj_path), precision_s(env, precision), kv_type_s(env, kv_type);
         cellm_engine_options options;
         cellm_engine_options_init(&options);
         options.manifest_path = manifest_path_s.c_str();
@@ -219,6 +219,8 @@ jlong engine_open(JNIEnv* env, jclass, jbyteArray manifest_path, jbyteArray mani
         options.plugin_path = plugin_path_s.c_str();
         options.mmproj_path = mmproj_path_s.c_str();
         options.precision = precision_s.c_str();
+        options.kv_type = kv_type_s.c_str();
+        options.memory_budget_mib = memory_budget_mib;
         cellm_engine* engine = nullptr;
         ok(env, cellm_engine_open(&options, &engine));
         return handle_of(engine);
@@ -235,10 +237,11 @@ jobjectArray engine_info(JNIEnv* env, jclass, jlong engine, jlongArray numbers) 
         std::memset(&info, 0, sizeof info);
         info.struct_size = sizeof info;
         ok(env, cellm_engine_get_info(engine_of(engine), &info));
-        const jlong n[8] = {info.n_vocab,      info.context_length,     info.max_sessions,
-                            info.kv_blocks,    info.kv_block_size,      info.kv_bytes_per_token,
-                            info.model_has_chat_template, info.model_takes_images};
-        env->SetLongArrayRegion(numbers, 0, 8, n);
+        const jlong n[11] = {info.n_vocab,      info.context_length,     info.max_sessions,
+                             info.kv_blocks,    info.kv_block_size,      info.kv_bytes_per_token,
+                             info.model_has_chat_template, info.model_takes_images, info.weights_bytes,
+                             info.scratch_bytes, info.kv_pool_bytes};
+        env->SetLongArrayRegion(numbers, 0, 11, n);
         check(env);
         const auto s = [](const char* text) { return std::string(text == nullptr ? "" : text); };
         return new_byte_arrays(env, {s(info.model_name), s(info.model_path), s(info.arch), s(info.backend),
@@ -252,10 +255,11 @@ void engine_stats(JNIEnv* env, jclass, jlong engine, jlongArray out) {
         std::memset(&stats, 0, sizeof stats);
         stats.struct_size = sizeof stats;
         ok(env, cellm_engine_get_stats(engine_of(engine), &stats));
-        const jlong n[11] = {stats.sessions,       stats.running,        stats.waiting,     stats.kv_blocks,
+        const jlong n[12] = {stats.sessions,       stats.running,        stats.waiting,     stats.kv_blocks,
                              stats.kv_blocks_used, stats.kv_blocks_free, stats.prefix_hit_tokens,
-                             stats.steps,          stats.batched_tokens, stats.preemptions, stats.copied_blocks};
-        env->SetLongArrayRegion(out, 0, 11, n);
+                             stats.steps,          stats.batched_tokens, stats.preemptions, stats.copied_blocks,
+                             stats.kv_bytes_committed};
+        env->SetLongArrayRegion(out, 0, 12, n);
         check(env);
     });
 }
@@ -517,7 +521,7 @@ void* fn(F f) {
 const JNINativeMethod methods[] = {
     {const_cast<char*>("version"), const_cast<char*>("()[I"), fn(version)},
     {const_cast<char*>("listBackends"), const_cast<char*>("([B)[[B"), fn(list_backends)},
-    {const_cast<char*>("engineOpen"), const_cast<char*>("([B[B[B[BIII[B[B[B)J"), fn(engine_open)},
+    {const_cast<char*>("engineOpen"), const_cast<char*>("([B[B[B[BIII[B[B[B[BI)J"), fn(engine_open)},
     {const_cast<char*>("engineClose"), const_cast<char*>("(J)V"), fn(engine_close)},
     {const_cast<char*>("engineInfo"), const_cast<char*>("(J[J)[[B"), fn(engine_info)},
     {const_cast<char*>("engineStats"), const_cast<char*>("(J[J)V"), fn(engine_stats)},

@@ -47,18 +47,18 @@ final class CellmNative {
     /** cellm_engine_open with the fields of cellm_engine_options in their order; null or 0 keeps the manifest's. */
     static native long engineOpen(byte[] manifestPath, byte[] manifestText, byte[] modelPath, byte[] backend,
                                   int threads, int contextLength, int maxSessions, byte[] pluginPath, byte[] mmprojPath,
-                                  byte[] precision);
+                                  byte[] precision, byte[] kvType, int memoryBudgetMib);
 
     static native void engineClose(long engine);
 
     /**
      * cellm_engine_get_info: returns {model_name, model_path, arch, backend, chat_template}; numbers gets n_vocab,
      * context_length, max_sessions, kv_blocks, kv_block_size, kv_bytes_per_token, model_has_chat_template,
-     * model_takes_images.
+     * model_takes_images, weights_bytes, scratch_bytes, kv_pool_bytes.
      */
     static native byte[][] engineInfo(long engine, long[] numbers);
 
-    /** cellm_engine_get_stats into out[11], in the struct's order. */
+    /** cellm_engine_get_stats into out[12], in the struct's order. */
     static native void engineStats(long engine, long[] out);
 
     static native int[] engineTokenize(long engine, byte[] text, boolean addSpecial);

@@ -29,11 +29,13 @@ public final class Engine implements AutoCloseable {
     /** What was loaded (cellm_engine_info). */
     public record Info(String modelName, String modelPath, String arch, String backend, String chatTemplate,
                        int nVocab, int contextLength, int maxSessions, int kvBlocks, int kvBlockSize,
-                       long kvBytesPerToken, boolean modelHasChatTemplate, boolean modelTakesImages) {}
+                       long kvBytesPerToken, boolean modelHasChatTemplate, boolean modelTakesImages,
+                       long weightsBytes, long scratchBytes, long kvPoolBytes) {}
 
     /** A snapshot between two scheduler steps (cellm_engine_stats). */
     public record Stats(int sessions, int running, int waiting, int kvBlocks, int kvBlocksUsed, int kvBlocksFree,
-                        long prefixHitTokens, long steps, long batchedTokens, long preemptions, long copiedBlocks) {}
+                        long prefixHitTokens, long steps, long batchedTokens, long preemptions, long copiedBlocks,
+                        long kvBytesCommitted) {}
 
     /**
      * What to open: a manifest (a path or its text), a model file alone (the defaults for everything else), or a
@@ -41,8 +43,9 @@ public final class Engine implements AutoCloseable {
      */
     public static final class Builder {
         private String manifestPath, manifestText, modelPath, backend, pluginPath, mmprojPath;
-        private int threads, contextLength, maxSessions;
+        private int threads, contextLength, maxSessions, memoryBudgetMib;
         private Precision precision;
+        private String kvType;
 
         private Builder() {}
 
@@ -93,6 +96,18 @@ public final class Engine implements AutoCloseable {
             return this;
         }
 
+        /** [context].kv_type: "f32", "f16", "q8", "r4" or "r3" (docs/memory.md). */
+        public Builder kvType(String type) {
+            kvType = type;
+            return this;
+        }
+
+        /** [context].memory_budget_mib: MiB for weights, scratch and KV pool together; 0 keeps the manifest's. */
+        public Builder memoryBudgetMib(int mib) {
+            memoryBudgetMib = mib;
+            return this;
+        }
+
         /** One more folder to search for plugins. */
         public Builder pluginPath(String path) {
             pluginPath = path;
@@ -110,7 +125,8 @@ public final class Engine implements AutoCloseable {
             long pointer = CellmNative.engineOpen(CellmNative.utf8(manifestPath), CellmNative.utf8(manifestText),
                     CellmNative.utf8(modelPath), CellmNative.utf8(backend), threads, contextLength, maxSessions,
                     CellmNative.utf8(pluginPath), CellmNative.utf8(mmprojPath),
-                    CellmNative.utf8(precision == null ? null : precision.name().toLowerCase(Locale.ROOT)));
+                    CellmNative.utf8(precision == null ? null : precision.name().toLowerCase(Locale.ROOT)),
+                    CellmNative.utf8(kvType), memoryBudgetMib);
             return new Engine(pointer);
         }
     }
@@ -130,18 +146,18 @@ public final class Engine implements AutoCloseable {
     }
 
     public Info info() {
-        long[] n = new long[8];
+        long[] n = new long[11];
         byte[][] s = handle.use(p -> CellmNative.engineInfo(p, n));
         return new Info(CellmNative.string(s[0]), CellmNative.string(s[1]), CellmNative.string(s[2]),
                 CellmNative.string(s[3]), CellmNative.string(s[4]), (int) n[0], (int) n[1], (int) n[2], (int) n[3],
-                (int) n[4], n[5], n[6] != 0, n[7] != 0);
+                (int) n[4], n[5], n[6] != 0, n[7] != 0, n[8], n[9], n[10]);
     }
 
     public Stats stats() {
-        long[] n = new long[11];
+        long[] n = new long[12];
         handle.run(p -> CellmNative.engineStats(p, n));
         return new Stats((int) n[0], (int) n[1], (int) n[2], (int) n[3], (int) n[4], (int) n[5], n[6], n[7], n[8],
-                n[9], n[10]);
+                n[9], n[10], n[11]);
     }
 
     /** Token ids of text, BOS as the model asks, special-token text read as those tokens. */

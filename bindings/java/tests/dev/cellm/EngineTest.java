@@ -27,13 +27,30 @@ class EngineTest {
             assertTrue(info.nVocab() > 0 && info.kvBlockSize() > 0 && info.kvBytesPerToken() > 0, info::toString);
             assertTrue(info.modelHasChatTemplate());
             assertFalse(info.modelTakesImages());
+            assertTrue(info.weightsBytes() > 0 && info.kvPoolBytes() > 0 && info.scratchBytes() >= 0, info::toString);
 
             Engine.Stats stats = engine.stats();
             assertEquals(0, stats.sessions());
             assertEquals(0, stats.steps());
             assertEquals(info.kvBlocks(), stats.kvBlocks());
             assertEquals(stats.kvBlocks(), stats.kvBlocksFree());
+            assertTrue(stats.kvBytesCommitted() >= 0 && stats.kvBytesCommitted() <= info.kvPoolBytes(), stats::toString);
         }
+    }
+
+    @Test
+    void takesTheKvTypeAndMemoryBudget() {
+        long f16 = 0;
+        for (String type : new String[] {"f16", "r4"}) {
+            try (Engine engine = Engine.builder().manifestPath(TestSupport.manifest()).kvType(type).open()) {
+                long perToken = engine.info().kvBytesPerToken();
+                if (type.equals("f16")) f16 = perToken;
+                else assertTrue(perToken * 3 < f16, "r4 takes about a quarter of f16: " + perToken + " vs " + f16);
+            }
+        }
+        CellmException e = assertThrows(CellmException.class,
+                () -> Engine.builder().manifestPath(TestSupport.manifest()).memoryBudgetMib(1).open());
+        assertTrue(e.getMessage().contains("memory budget"), e.getMessage());
     }
 
     @Test

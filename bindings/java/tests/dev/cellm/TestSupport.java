@@ -62,7 +62,7 @@ final class TestSupport {
      * to {@code body}; the session and its engine are freed afterwards.
      */
     static void withNativeLongTurn(NativeTurn body) throws Exception {
-        long e = CellmNative.engineOpen(CellmNative.utf8(manifest()), null, null, null, 0, 256, 0, null, null, null);
+        long e = CellmNative.engineOpen(CellmNative.utf8(manifest()), null, null, null, 0, 256, 0, null, null, null, null, 0);
         try {
             float[] floats = new float[CellmNative.FLOAT_COUNT];
             long[] longs = new long[CellmNative.LONG_COUNT];
