@@ -13,7 +13,7 @@ namespace cellm {
 namespace {
 constexpr size_t max_cached_graphs = 16;
 constexpr int64_t max_slots = int64_t{1} << 28;
-constexpr int32_t calibration_tokens = 256;  // of a coded cache's key transform (tools/kv_study: 128 did as well)
+constexpr int32_t calibration_tokens = 512;  // at most, of a coded cache's key transform (engine/kv_calibration.h)
 }
 
 Engine::Engine(const Model& model, Backend& backend, const EngineOptions& options)

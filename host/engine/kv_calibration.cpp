@@ -11,7 +11,8 @@
 namespace cellm {
 namespace {
 
-// Public domain (A. Lincoln, 1863).
+// Public domain: the Gettysburg Address (A. Lincoln, 1863) and the opening of the Declaration of Independence
+// (1776), the text tools/kv_study calibrated on.
 constexpr std::string_view calibration_text =
     "Four score and seven years ago our fathers brought forth on this continent, a new nation, conceived "
     "in Liberty, and dedicated to the proposition that all men are created equal.\n\n"
@@ -28,7 +29,16 @@ constexpr std::string_view calibration_text =
     "devotion to that cause for which they gave the last full measure of devotion, that we here highly "
     "resolve that these dead shall not have died in vain, that this nation, under God, shall have a new "
     "birth of freedom, and that government of the people, by the people, for the people, shall not perish"
-    " from the earth.";
+    " from the earth.\n\n"
+    "When in the Course of human events, it becomes necessary for one people to dissolve the political "
+    "bands which have connected them with another, and to assume among the powers of the earth, the "
+    "separate and equal station to which the Laws of Nature and of Nature's God entitle them, a decent "
+    "respect to the opinions of mankind requires that they should declare the causes which impel them to "
+    "the separation.\n\n"
+    "We hold these truths to be self-evident, that all men are created equal, that they are endowed by "
+    "their Creator with certain unalienable Rights, that among these are Life, Liberty and the pursuit of"
+    " Happiness. That to secure these rights, Governments are instituted among Men, deriving their just "
+    "powers from the consent of the governed.";
 
 constexpr int32_t chunk_tokens = 64;
 constexpr double alpha = 0.75;  // how far the smoothing balances q's and k's energy (tools/kv_study: 0.5..1 alike)

@@ -119,8 +119,18 @@ void attention(cpu::Plan& plan, int32_t index, ThreadPool& pool, AttentionScratc
         }
         int64_t total = 0;
         std::vector<std::array<int64_t, 2>> work;  // (row, position) pairs to expand
+        // Only rows whose table names a pool block for every position in between (the engine's prefill chunks
+        // are consecutive positions; the check above covers only the positions some token reads).
+        const int64_t n_blocks = k_pool.ne[1] / a.block_size;
+        const auto whole_table = [&](size_t r) {
+            for (int64_t b = lo[r] / a.block_size; b <= hi[r] / a.block_size; ++b) {
+                const int32_t block = a.block_table[static_cast<int64_t>(r) * a.max_blocks + b];
+                if (block < 0 || block >= n_blocks) return false;
+            }
+            return true;
+        };
         for (size_t r = 0; r < lo.size(); ++r) {
-            if (uses[r] < 2 || (hi[r] - lo[r] + 1) * row > max_dense_floats) continue;
+            if (uses[r] < 2 || (hi[r] - lo[r] + 1) * row > max_dense_floats || !whole_table(r)) continue;
             dense_at[r] = total;
             total += (hi[r] - lo[r] + 1) * row;
             for (int64_t j = lo[r]; j <= hi[r]; ++j) work.push_back({static_cast<int64_t>(r), j});
