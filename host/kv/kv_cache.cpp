@@ -76,7 +76,7 @@ KvCache::KvCache(Backend& backend, const std::vector<cellm_arch_layer_info>& lay
     // which satisfies every device's storage-buffer offset alignment; page aligned where memory is committed by
     // range, so that giving back a pool's blocks gives back whole pages.
     const uint64_t alignment = commit_ != nullptr ? 4096 : 256;
-    const auto aligned = [alignment](uint64_t n) { return (n + alignment - 1) / alignment * alignment; };
+    const auto aligned = [](uint64_t n, uint64_t to) { return (n + to - 1) / to * to; };
     uint64_t end = 0;
     placements_.resize(layers_.size());
     for (int32_t kind = 0; kind < n_kinds() + (coded() ? n_constants : 0); ++kind) {
@@ -84,7 +84,8 @@ KvCache::KvCache(Backend& backend, const std::vector<cellm_arch_layer_info>& lay
             if (layers_[il].kv_dim == 0) continue;
             const cellm_tensor_desc t = tensor_shape(layers_[il], kind);
             placements_[il].offset[kind] = end;
-            end = aligned(end + static_cast<uint64_t>(t.nb[3]) * static_cast<uint64_t>(t.ne[3]));
+            // The constants are never given back, so they need no page of their own.
+            end = aligned(end + static_cast<uint64_t>(t.nb[3]) * static_cast<uint64_t>(t.ne[3]), kind < n_kinds() ? alignment : 256);
         }
     }
     buffer_ = DeviceBuffer::allocate(backend, end + 64, CELLM_BUFFER_KV_CACHE);

@@ -328,6 +328,33 @@ struct Int8Rows {
     float value(size_t i, int64_t width) const { return scales[i / size_t(width)] * float(codes[i]); }
 };
 
+// ATTENTION over decoded pools in double, for one sequence whose key position j lives in slot_of(j): element i of
+// the pools (slot * kv_dim + offset) reads as key(i) and value(i).
+template <class SlotOf, class Key, class Value>
+std::vector<float> attention_reference(const std::vector<float>& q, const std::vector<int32_t>& pos, int n_head, int n_kv,
+                                       int hd, float scale, SlotOf slot_of, Key key, Value value) {
+    const int nt = static_cast<int>(pos.size()), kv_dim = n_kv * hd;
+    std::vector<float> want(size_t(nt) * n_head * hd, 0.0f);
+    for (int t = 0; t < nt; ++t)
+        for (int h = 0; h < n_head; ++h) {
+            const int kvh = h / (n_head / n_kv);
+            std::vector<double> w;
+            for (int j = 0; j <= pos[size_t(t)]; ++j) {
+                double s = 0;
+                for (int d = 0; d < hd; ++d)
+                    s += double(q[size_t((t * n_head + h) * hd + d)]) * key(size_t(slot_of(j) * kv_dim + kvh * hd + d));
+                w.push_back(s * scale);
+            }
+            double mx = *std::max_element(w.begin(), w.end()), sum = 0;
+            for (double& x : w) sum += x = std::exp(x - mx);
+            for (int j = 0; j <= pos[size_t(t)]; ++j)
+                for (int d = 0; d < hd; ++d)
+                    want[size_t((t * n_head + h) * hd + d)] +=
+                        float(w[size_t(j)] / sum * value(size_t(slot_of(j) * kv_dim + kvh * hd + d)));
+        }
+    return want;
+}
+
 // ---- MATMUL's definition ----
 
 constexpr cellm_dtype every_weight_type[] = {CELLM_TYPE_F32,  CELLM_TYPE_F16,  CELLM_TYPE_BF16, CELLM_TYPE_Q8_0,
@@ -1014,24 +1041,9 @@ TEST_P(BackendOps, Int8PagedAttention) {
         expect_identical(got_scales, want->scales, "scales");
     }
 
-    std::vector<float> want(size_t(nt) * n_head * hd, 0.0f);
-    for (int t = 0; t < nt; ++t)
-        for (int h = 0; h < n_head; ++h) {
-            const int kvh = h / (n_head / n_kv);
-            std::vector<double> w;
-            for (int j = 0; j <= pos[t]; ++j) {
-                double s = 0;
-                for (int d = 0; d < hd; ++d)
-                    s += double(q[size_t((t * n_head + h) * hd + d)]) * k_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), k_width);
-                w.push_back(s * scale);
-            }
-            double mx = *std::max_element(w.begin(), w.end()), sum = 0;
-            for (double& x : w) sum += x = std::exp(x - mx);
-            for (int j = 0; j <= pos[t]; ++j)
-                for (int d = 0; d < hd; ++d)
-                    want[size_t((t * n_head + h) * hd + d)] +=
-                        float(w[size_t(j)] / sum * v_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), v_width));
-        }
+    const std::vector<float> want = attention_reference(
+        q, pos, n_head, n_kv, hd, scale, slot_of, [&](size_t i) { return k_want.value(i, k_width); },
+        [&](size_t i) { return v_want.value(i, v_width); });
     expect_near_all(results[0], want, 1e-5f, "attention");
 }
 
@@ -1195,24 +1207,9 @@ TEST_P(BackendOps, CodedPoolsStoreTheirCodesAndAttend) {
         }
         EXPECT_LT(err / energy, type == CELLM_TYPE_R4 ? 0.03 : 0.08);
 
-        std::vector<float> want(size_t(nt) * n_head * hd, 0.0f);
-        for (int t = 0; t < nt; ++t)
-            for (int h = 0; h < n_head; ++h) {
-                const int kvh = h / (n_head / n_kv);
-                std::vector<double> w;
-                for (int j = 0; j <= pos[t]; ++j) {
-                    double sc = 0;
-                    for (int d = 0; d < hd; ++d)
-                        sc += double(q[size_t((t * n_head + h) * hd + d)]) * k_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), hd);
-                    w.push_back(sc * scale);
-                }
-                double mx = *std::max_element(w.begin(), w.end()), sum = 0;
-                for (double& x : w) sum += x = std::exp(x - mx);
-                for (int j = 0; j <= pos[t]; ++j)
-                    for (int d = 0; d < hd; ++d)
-                        want[size_t((t * n_head + h) * hd + d)] +=
-                            float(w[size_t(j)] / sum * v_want.value(size_t(slot_of(j) * kv_dim + kvh * hd + d), hd));
-            }
+        const std::vector<float> want = attention_reference(
+            q, pos, n_head, n_kv, hd, scale, slot_of, [&](size_t i) { return k_want.value(i, hd); },
+            [&](size_t i) { return v_want.value(i, hd); });
         expect_near_all(results[0], want, 1e-5f, "attention");
     }
 }

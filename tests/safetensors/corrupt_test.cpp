@@ -1,6 +1,7 @@
 // Broken model folders: each case yields one clear status (the expected code, a message naming the file and
 // what is wrong), never a crash; a shard cut at every length fails cleanly.
 #include "hf_folder_writer.h"
+#include "open_outcome.h"
 #include "test_support.h"
 
 #include "plugin/host_api.h"
@@ -18,28 +19,6 @@ using nlohmann::json;
 namespace cellm::testing {
 namespace {
 
-const cellm_format_iface& format() {
-    const Plugin* plugin = registry().find(CELLM_PLUGIN_FORMAT, "safetensors");
-    if (plugin == nullptr) throw std::runtime_error("the safetensors plugin was not built");
-    return *plugin->format();
-}
-
-struct Outcome {
-    cellm_status_code code;
-    std::string message;
-};
-
-Outcome try_open(const fs::path& folder) {
-    cellm_model_file* file = nullptr;
-    cellm_status* status = format().open(folder.c_str(), &file);
-    if (status == nullptr) {
-        format().close(file);
-        return {CELLM_OK, ""};
-    }
-    Outcome outcome{host_api()->status_code(status), host_api()->status_message(status)};
-    host_api()->status_free(status);
-    return outcome;
-}
 
 const json config = {{"model_type", "llama"},   {"hidden_size", 8},           {"num_hidden_layers", 1},
                      {"intermediate_size", 16}, {"num_attention_heads", 2},   {"num_key_value_heads", 1},

@@ -6,6 +6,7 @@
 //    twins written by pytorch_cases.py, with the standard library only, always run.
 //  - Refusals: hostile and broken archives from pytorch_cases.py, each refused with the expected code and one
 //    line naming the file and what is wrong.
+#include "open_outcome.h"
 #include "test_support.h"
 
 #include "plugin/host_api.h"
@@ -24,28 +25,6 @@ namespace fs = std::filesystem;
 namespace cellm::testing {
 namespace {
 
-const cellm_format_iface& format() {
-    const Plugin* plugin = registry().find(CELLM_PLUGIN_FORMAT, "safetensors");
-    if (plugin == nullptr) throw std::runtime_error("the safetensors plugin was not built");
-    return *plugin->format();
-}
-
-struct Outcome {
-    cellm_status_code code;
-    std::string message;
-};
-
-Outcome try_open(const fs::path& folder) {
-    cellm_model_file* file = nullptr;
-    cellm_status* status = format().open(folder.c_str(), &file);
-    if (status == nullptr) {
-        format().close(file);
-        return {CELLM_OK, ""};
-    }
-    Outcome outcome{host_api()->status_code(status), host_api()->status_message(status)};
-    host_api()->status_free(status);
-    return outcome;
-}
 
 int run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
 
@@ -163,11 +142,11 @@ TEST(PytorchZip, ValidArchivesOpenAndServeTheStorageBytes) {
     for (const char* name : {"valid", "valid_top_folder", "valid_pt", "valid_parameter", "valid_metadata", "valid_sharded"}) {
         SCOPED_TRACE(name);
         cellm_model_file* file = nullptr;
-        cellm_status* status = format().open((cases_dir() / name).c_str(), &file);
+        cellm_status* status = safetensors_format().open((cases_dir() / name).c_str(), &file);
         ASSERT_EQ(status, nullptr) << host_api()->status_message(status);
         cellm_model_view view{};
         view.struct_size = sizeof(view);
-        ASSERT_EQ(format().get_view(file, &view), nullptr);
+        ASSERT_EQ(safetensors_format().get_view(file, &view), nullptr);
         bool found = false;
         for (uint64_t i = 0; i < view.n_tensors; ++i) {
             const cellm_tensor_info* t = cellm_model_tensor(&view, i);
@@ -180,7 +159,7 @@ TEST(PytorchZip, ValidArchivesOpenAndServeTheStorageBytes) {
             EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
         }
         EXPECT_TRUE(found);
-        format().close(file);
+        safetensors_format().close(file);
     }
 }
 

@@ -3,6 +3,7 @@
 // same values, with a log line saying what the widening costs; F16 matrices are served as stored. A dtype cellm
 // does not read fails in one line naming the file, the tensor and the dtype.
 #include "hf_folder_writer.h"
+#include "open_outcome.h"
 #include "test_support.h"
 
 #include "blocks.h"
@@ -280,23 +281,6 @@ INSTANTIATE_TEST_SUITE_P(Presets, WholeFolder,
 
 // ---- Dtypes cellm does not read -------------------------------------------------------------------------------
 
-struct Outcome {
-    cellm_status_code code;
-    std::string message;
-};
-
-Outcome try_open(const fs::path& folder) {
-    const cellm_format_iface& format = *registry().find(CELLM_PLUGIN_FORMAT, "safetensors")->format();
-    cellm_model_file* file = nullptr;
-    cellm_status* status = format.open(folder.c_str(), &file);
-    if (status == nullptr) {
-        format.close(file);
-        return {CELLM_OK, ""};
-    }
-    Outcome outcome{host_api()->status_code(status), host_api()->status_message(status)};
-    host_api()->status_free(status);
-    return outcome;
-}
 
 class UnsupportedDtype : public ::testing::TestWithParam<const char*> {};
 
