@@ -74,7 +74,7 @@ struct Avx2 {
     }
 };
 
-const Activations avx2 = simd::table<Avx2>("avx2");
+constinit const Activations avx2 = simd::table<Avx2>("avx2");
 
 }  // namespace
 

@@ -62,7 +62,7 @@ struct Avx512 {
     }
 };
 
-const Activations avx512 = simd::table<Avx512>("avx512");
+constinit const Activations avx512 = simd::table<Avx512>("avx512");
 
 }  // namespace
 

@@ -20,7 +20,7 @@ struct MaddubsProducts {
     }
 };
 
-const Kernels avx2 = x86::table<MaddubsProducts, 4, 2, 16>("avx2");
+constinit const Kernels avx2 = x86::table<MaddubsProducts, 4, 2, 16>("avx2");
 
 }  // namespace
 

@@ -624,7 +624,7 @@ void k_rows_dot_wide(const void* rows, uint64_t row_bytes, int64_t n_rows, const
     x86::k_rows_dot<VnniProducts, F>(rows, row_bytes, n_rows, rest, n_cols - span, y + span * y_stride, y_stride);
 }
 
-Kernels make_table() {
+constexpr Kernels make_table() {
     Kernels k = x86::table<VnniProducts, 4, 4, 32>("avx512-vnni");
     k.dot_q8[0] = rows_dot_pairs<x86::Q8_0, 4, 4>;  // lanes_for(0) is false
     k.dot_q8[1] = rows_dot_wide<x86::Q4_0, 2, 4>;
@@ -639,7 +639,7 @@ Kernels make_table() {
     return k;
 }
 
-const Kernels avx512 = make_table();
+constinit const Kernels avx512 = make_table();
 
 }  // namespace
 

@@ -128,6 +128,6 @@ void dot_any(const RepackedWeight& w, int64_t g0, int64_t g1, const Q8Columns& x
 
 }  // namespace
 
-const RepackedDot repacked_dot_sdot = dot_any;
+constinit const RepackedDot repacked_dot_sdot = dot_any;
 
 }  // namespace cellm::openblas
