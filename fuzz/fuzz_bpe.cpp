@@ -1,6 +1,7 @@
 // libFuzzer target: the byte-level BPE tokenizer ("gpt2") built from the synthetic models' metadata
 // (tools/make_model: the same vocabulary, merges, token types and ChatML specials cellm-make-model writes),
-// under the pre-tokenizers of the synthetic llama ("smollm") and qwen ("qwen2") presets and two more.
+// under the pre-tokenizers of the synthetic llama ("smollm") and qwen ("qwen2") presets and four more, and as
+// Gemma 4's tokenizer model.
 // Input layout: tokenizer_fuzz.h.
 #include "synthetic_tokenizer.h"
 #include "tokenizer_fuzz.h"
@@ -14,9 +15,10 @@ std::vector<std::unique_ptr<cellm::Tokenizer>> tokenizers;
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
     const cellm::synthetic::Vocabulary vocab = cellm::synthetic::build_vocabulary(512);
-    for (const char* pre : {"smollm", "qwen2", "llama3", "default"}) {
+    // Gemma 4's model (its own pre-tokenizer, SentencePiece-style spelling) reads the same tables as UTF-8 text.
+    for (const char* pre : {"smollm", "qwen2", "llama3", "default", "qwen35", "gemma4"}) {
         cellm::fuzz::VocabView v;
-        v.string("tokenizer.ggml.model", "gpt2");
+        v.string("tokenizer.ggml.model", std::string(pre) == "gemma4" ? "gemma4" : "gpt2");
         v.string("tokenizer.ggml.pre", pre);
         v.strings("tokenizer.ggml.tokens", vocab.tokens);
         v.i32s("tokenizer.ggml.token_type", vocab.types);

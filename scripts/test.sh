@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: configure and build build/ (Release), fetch the reference models and the perplexity
-# text (scripts/fetch_text.sh), run every test, two at a time (most tests use one core; CI machines have two).
+# The project's test command: configure and build build/ (Release), fetch the reference models, the perplexity
+# text (scripts/fetch_text.sh) and llama.cpp's sources for its reference files (scripts/fetch_llamacpp_source.sh),
+# run every test, two at a time (most tests use one core; CI machines have two).
 #   scripts/test.sh          what CI runs
 #   scripts/test.sh --full   also the checks that take minutes and that others imply (CELLM_TEST_FULL=1):
 #                            the Vulkan backend's real-model q8-cache and greedy runs on lavapipe, and the
@@ -22,4 +23,5 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j2
 scripts/fetch_models.sh
 scripts/fetch_text.sh
+scripts/fetch_llamacpp_source.sh >/dev/null
 ctest --test-dir build --output-on-failure -j2 "${exclude[@]}"

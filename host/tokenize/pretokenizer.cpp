@@ -21,6 +21,10 @@ constexpr std::string_view llama3_words =
 constexpr std::string_view qwen2_words =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen 3.5: Qwen 2's split with combining marks (\\p{M}) kept inside words.
+constexpr std::string_view qwen35_words =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 constexpr std::string_view gpt4o_words =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\\r\\n\\p{L}\\p{N}]?"
@@ -36,7 +40,7 @@ struct KnownPreTokenizer {
 };
 
 // Every pre name llama.cpp maps to one of these pattern sets; names whose vocabularies need more than the
-// split (separators, BOS suppression, whitespace escaping) are left out until a model needs them.
+// split and the traits (separators, BOS suppression) are left out until a model needs them.
 const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
     static const std::vector<KnownPreTokenizer> table = {
         {{"default"},
@@ -67,6 +71,11 @@ const std::vector<KnownPreTokenizer>& known_pre_tokenizers() {
          {gpt2_words}, {}},
         {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open"},
          {qwen2_words}, {}},
+        {{"qwen35"}, {qwen35_words}, {}},
+        // BPE merges run over whole lines; only newlines split (merges never cross one).
+        {{"gemma4", "granite-embed-multi-311m"},
+         {"[^\\n]+|[\\n]+"},
+         {.always_add_bos = true, .spm_style = true, .whole_newline_runs = true}},
         {{"poro-chat", "bloom", "gpt3-finnish"}, {" ?[^(\\s|.,!?…。，、।۔،)]+"}, {}},
         {{"viking"}, {" ?[^(\\s|.,!?…。，、।۔،)]+", single_digits}, {}},
         {{"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}, {gpt4o_words}, {}},

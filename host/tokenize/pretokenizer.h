@@ -14,6 +14,12 @@ namespace cellm {
 struct PreTokenizerTraits {
     bool ignore_merges = false;    // a word that is already a token is taken whole, without merging
     bool default_add_bos = false;  // tokenizer.ggml.add_bos_token overrides it when present
+    bool always_add_bos = false;   // BOS even where tokenizer.ggml.add_bos_token says false (Gemma 4)
+    // SentencePiece-style BPE (Gemma 4): spaces are spelled U+2581 before splitting, symbols are UTF-8
+    // characters rather than GPT-2 byte-level characters, and a character missing from the vocabulary falls back
+    // to <0xXX> byte tokens.
+    bool spm_style = false;
+    bool whole_newline_runs = false;  // a word of newlines that is a token is taken whole, without merging
 };
 
 class PreTokenizer {

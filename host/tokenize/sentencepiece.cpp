@@ -38,7 +38,7 @@ public:
     }
 
     void encode(std::string_view raw, std::vector<int32_t>& out) const override {
-        const std::string text = replace_all(raw, " ", whitespace_marker);
+        const std::string text = sentencepiece_escape(raw);
         // One symbol per UTF-8 character (the caller passes valid UTF-8).
         std::vector<Symbol> symbols;
         for (size_t pos = 0; pos < text.size();) {
@@ -121,6 +121,8 @@ std::unique_ptr<Tokenizer::Encoder> make_sentencepiece_encoder(const std::unorde
                                                                std::vector<float> scores, int32_t unk) {
     return std::make_unique<SentencePieceEncoder>(ids, std::move(scores), unk);
 }
+
+std::string sentencepiece_escape(std::string_view text) { return replace_all(text, " ", whitespace_marker); }
 
 std::string sentencepiece_unescape(std::string_view text) { return replace_all(text, whitespace_marker, " "); }
 

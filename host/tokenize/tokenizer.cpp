@@ -136,15 +136,22 @@ const ByteLevel& byte_level() {
     return table;
 }
 
-// ---- Byte-level BPE -------------------------------------------------------------------------------------------
+// ---- BPE --------------------------------------------------------------------------------------------------
 
+// Merges ranked pairs of symbols within each pre-tokenized word, lowest rank first, as llama.cpp's
+// llm_tokenizer_bpe does. Symbols start as bytes spelled GPT-2's byte-level way, or (SentencePiece-style
+// vocabularies, PreTokenizerTraits::spm_style) as UTF-8 characters with spaces spelled U+2581.
 class BpeEncoder final : public Tokenizer::Encoder {
 public:
     BpeEncoder(const std::unordered_map<std::string, int32_t>& ids, std::unique_ptr<PreTokenizer> pre,
                std::span<const cellm_string_ref> merges)
-        : ids_(ids), pre_(std::move(pre)) {
+        : ids_(ids), pre_(std::move(pre)), spm_style_(pre_->traits().spm_style) {
         const auto& bytes = byte_level();
-        for (size_t b = 0; b < 256; ++b) byte_token_[b] = lookup(bytes.byte_text[b]);
+        for (size_t b = 0; b < 256; ++b) {
+            std::array<char, 7> hex{};
+            std::snprintf(hex.data(), hex.size(), "<0x%02X>", static_cast<unsigned>(b));
+            byte_token_[b] = lookup(spm_style_ ? std::string(hex.data()) : bytes.byte_text[b]);
+        }
         merges_.reserve(merges.size());
         for (size_t rank = 0; rank < merges.size(); ++rank) {
             const auto merge = Metadata::checked(merges[rank], "tokenizer.ggml.merges");
@@ -163,7 +170,9 @@ public:
     }
 
     void encode(std::string_view text, std::vector<int32_t>& out) const override {
-        for (const auto& word : pre_->split(text)) encode_word(word, out);
+        for (const auto& word : pre_->split(spm_style_ ? sentencepiece_escape(text) : std::string(text))) {
+            encode_word(word, out);
+        }
     }
 
 private:
@@ -172,9 +181,10 @@ private:
         int32_t result;
     };
     struct Symbol {
-        int32_t id;    // -1 for a byte whose character is not in the vocabulary
-        int32_t prev;  // neighbours in the word, -1 at the ends
+        int32_t id;      // -1 for a character that is not in the vocabulary
+        int32_t prev;    // neighbours in the word, -1 at the ends
         int32_t next;
+        uint32_t begin;  // where its bytes start in the word
         uint32_t n_bytes;  // 0 once merged into its left neighbour
     };
     struct Bigram {
@@ -194,21 +204,36 @@ private:
         return it == ids_.end() ? -1 : it->second;
     }
 
+    // The word as the vocabulary spells it.
+    std::string spelled(const std::string& word) const {
+        if (spm_style_) return word;
+        std::string out;
+        for (const char c : word) out += byte_level().byte_text[static_cast<unsigned char>(c)];
+        return out;
+    }
+
     void encode_word(const std::string& word, std::vector<int32_t>& out) const {
-        const auto& bytes = byte_level();
-        if (pre_->traits().ignore_merges) {
-            std::string spelled;
-            for (const char c : word) spelled += bytes.byte_text[static_cast<unsigned char>(c)];
-            if (const int32_t id = lookup(spelled); id >= 0) {
+        const auto& traits = pre_->traits();
+        const bool newline_run = traits.whole_newline_runs && word.find_first_not_of('\n') == std::string::npos;
+        if (traits.ignore_merges || newline_run) {
+            if (const int32_t id = lookup(spelled(word)); id >= 0) {
                 out.push_back(id);
                 return;
             }
         }
-        // One symbol per byte: byte-level encoding spells every byte as one character.
-        std::vector<Symbol> symbols(word.size());
-        const auto n = static_cast<int32_t>(word.size());
-        for (int32_t i = 0; i < n; ++i) {
-            symbols[i] = {byte_token_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, 1};
+        // One symbol per byte (byte-level encoding spells every byte as one character) or per UTF-8 character.
+        std::vector<Symbol> symbols;
+        symbols.reserve(word.size());
+        for (size_t pos = 0; pos < word.size();) {
+            const size_t length =
+                spm_style_ ? std::min(word.size() - pos, utf8::sequence_length(static_cast<unsigned char>(word[pos])))
+                           : 1;
+            const int32_t id = spm_style_ ? lookup(word.substr(pos, length))
+                                          : byte_token_[static_cast<unsigned char>(word[pos])];
+            const auto index = static_cast<int32_t>(symbols.size());
+            symbols.push_back({id, index - 1, pos + length < word.size() ? index + 1 : -1,
+                               static_cast<uint32_t>(pos), static_cast<uint32_t>(length)});
+            pos += length;
         }
         std::priority_queue<Bigram> queue;
         const auto add_bigram = [&](int32_t left, int32_t right) {
@@ -216,6 +241,7 @@ private:
             const auto it = merges_.find(pair_key(symbols[left].id, symbols[right].id));
             if (it != merges_.end()) queue.push({it->second.rank, left, right, symbols[left].id, symbols[right].id});
         };
+        const auto n = static_cast<int32_t>(symbols.size());
         for (int32_t i = 1; i < n; ++i) add_bigram(i - 1, i);
         while (!queue.empty()) {
             const Bigram bigram = queue.top();
@@ -235,20 +261,27 @@ private:
             add_bigram(bigram.left, left.next);
         }
         for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = symbols[i].next) {
-            if (symbols[i].id >= 0) {
-                out.push_back(symbols[i].id);
-                continue;
-            }
-            // A byte missing from the vocabulary: llama.cpp tries each char of its spelling as a token.
-            for (const char c : bytes.byte_text[static_cast<unsigned char>(word[i])]) {
-                if (const int32_t id = lookup(std::string(1, c)); id >= 0) out.push_back(id);
+            const Symbol& symbol = symbols[i];
+            if (symbol.id >= 0) {
+                out.push_back(symbol.id);
+            } else if (spm_style_) {
+                // A character missing from the vocabulary: its bytes' <0xXX> tokens, where the vocabulary has them.
+                for (uint32_t b = symbol.begin; b < symbol.begin + symbol.n_bytes; ++b) {
+                    if (const int32_t id = byte_token_[static_cast<unsigned char>(word[b])]; id >= 0) out.push_back(id);
+                }
+            } else {
+                // A byte missing from the vocabulary: llama.cpp tries each char of its spelling as a token.
+                for (const char c : byte_level().byte_text[static_cast<unsigned char>(word[symbol.begin])]) {
+                    if (const int32_t id = lookup(std::string(1, c)); id >= 0) out.push_back(id);
+                }
             }
         }
     }
 
     const std::unordered_map<std::string, int32_t>& ids_;
     std::unique_ptr<PreTokenizer> pre_;
-    std::array<int32_t, 256> byte_token_{};
+    bool spm_style_;
+    std::array<int32_t, 256> byte_token_{};  // the byte's own token, -1 where the vocabulary has none
     std::unordered_map<uint64_t, Merge> merges_;
 };
 
@@ -291,12 +324,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
     const auto kind = meta.string("tokenizer.ggml.model");
     if (!kind) throw Error("tokenizer.ggml.model: missing (the model file has no tokenizer)");
     tok->model_ = *kind;
-    // "gpt2" is byte-level BPE, "llama" SentencePiece.
+    // "gpt2" is byte-level BPE, "gemma4" BPE over SentencePiece-style text (always its own pre-tokenizer),
+    // "llama" SentencePiece.
     const bool sentencepiece = tok->model_ == "llama";
-    if (!sentencepiece && tok->model_ != "gpt2") {
-        throw Error("tokenizer model '" + tok->model_ + "' is not supported yet (supported: gpt2, llama)");
+    if (!sentencepiece && tok->model_ != "gpt2" && tok->model_ != "gemma4") {
+        throw Error("tokenizer model '" + tok->model_ + "' is not supported yet (supported: gpt2, gemma4, llama)");
     }
-    tok->pre_ = meta.string("tokenizer.ggml.pre").value_or("");
+    tok->pre_ = tok->model_ == "gemma4" ? "gemma4" : meta.string("tokenizer.ggml.pre").value_or("");
     tok->chat_template_ = meta.string("tokenizer.chat_template").value_or("");
 
     const auto tokens = meta.array("tokenizer.ggml.tokens", CELLM_VALUE_STRING);
@@ -333,8 +367,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         tok->ids_[token.text] = static_cast<int32_t>(i);  // a repeated spelling maps to its last id
     }
 
-    // Special ids: llama.cpp's defaults are 11 for BOS and EOS with byte-level BPE, and BOS 1, EOS 2, UNK 0 with
-    // SentencePiece; an out-of-range id in the file is ignored with a warning (llama.cpp too), a wrongly typed
+    // Special ids: llama.cpp's defaults are 11 for BOS and EOS with byte-level BPE, none with gemma4, and BOS 1,
+    // EOS 2, UNK 0 with SentencePiece; an out-of-range id in the file is ignored with a warning (llama.cpp too), a wrongly typed
     // one is an error.
     const auto special_id = [&](std::string_view key, int32_t fallback) {
         int32_t id = fallback < tok->n_vocab() ? fallback : -1;
@@ -347,8 +381,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
         }
         return id;
     };
-    tok->bos_ = special_id("tokenizer.ggml.bos_token_id", sentencepiece ? 1 : 11);
-    tok->eos_ = special_id("tokenizer.ggml.eos_token_id", sentencepiece ? 2 : 11);
+    const int32_t bpe_default = tok->model_ == "gemma4" ? -1 : 11;
+    tok->bos_ = special_id("tokenizer.ggml.bos_token_id", sentencepiece ? 1 : bpe_default);
+    tok->eos_ = special_id("tokenizer.ggml.eos_token_id", sentencepiece ? 2 : bpe_default);
     tok->eot_ = special_id("tokenizer.ggml.eot_token_id", -1);
     tok->eom_ = special_id("tokenizer.ggml.eom_token_id", -1);
     const int32_t unk = special_id("tokenizer.ggml.unknown_token_id", sentencepiece ? 0 : -1);
@@ -357,7 +392,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
     std::unique_ptr<PreTokenizer> pre;
     if (!sentencepiece) pre = PreTokenizer::for_name(tok->pre_);
     const bool default_add_bos = sentencepiece || pre->traits().default_add_bos;
-    tok->add_bos_ = meta.boolean("tokenizer.ggml.add_bos_token").value_or(default_add_bos);
+    tok->add_bos_ = meta.boolean("tokenizer.ggml.add_bos_token").value_or(default_add_bos) ||
+                    (pre && pre->traits().always_add_bos);
     tok->add_space_prefix_ = sentencepiece && meta.boolean("tokenizer.ggml.add_space_prefix").value_or(true);
 
     const auto mark_control = [&](int32_t id) {
@@ -397,7 +433,8 @@ std::unique_ptr<Tokenizer> Tokenizer::from_model(const cellm_model_view& model) 
             token.bytes = token.text;
             tok->specials_.push_back(static_cast<int32_t>(i));
         } else if (token.attr & attr_normal) {
-            token.bytes = sentencepiece ? sentencepiece_unescape(token.text) : bytes.decode(token.text);
+            const bool spm_spelled = sentencepiece || pre->traits().spm_style;
+            token.bytes = spm_spelled ? sentencepiece_unescape(token.text) : bytes.decode(token.text);
         } else if ((token.attr & attr_byte) && token.text.size() == 6 && token.text.starts_with("<0x")) {
             unsigned value = 0;  // "<0xXX>" byte tokens; a malformed one decodes to nothing
             const auto digits = std::string_view(token.text).substr(3, 2);

@@ -11,6 +11,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <utility>
 
 namespace fs = std::filesystem;
 
@@ -90,6 +94,25 @@ TEST(FolderTokenizer, Qwen2SplitIsRecognised) {
     const fs::path folder = temp_dir() / "qwen2-tokenizer-hf";
     write_hf_folder(gguf_model("qwen2-tiny", CELLM_TYPE_F16), folder, {1, true});
     EXPECT_EQ(ModelFile::open(registry(), folder)->get_string("tokenizer.ggml.pre"), "qwen2");
+}
+
+// Qwen 3.5's tokenizer.json splits like Qwen2's but keeps combining marks (\\p{M}) inside words.
+TEST(FolderTokenizer, Qwen35SplitIsRecognised) {
+    const fs::path folder = temp_dir() / "qwen35-tokenizer-hf";
+    write_hf_folder(gguf_model("qwen2-tiny", CELLM_TYPE_F16), folder, {1, true});
+    std::string text;
+    {
+        std::ifstream in(folder / "tokenizer.json");
+        text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    for (const auto& [from, to] : {std::pair<std::string, std::string>{"]?\\\\p{L}+|", "]?[\\\\p{L}\\\\p{M}]+|"},
+                                   {"[^\\\\s\\\\p{L}\\\\p{N}]+", "[^\\\\s\\\\p{L}\\\\p{M}\\\\p{N}]+"}}) {
+        const size_t at = text.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        text.replace(at, from.size(), to);
+    }
+    std::ofstream(folder / "tokenizer.json") << text;
+    EXPECT_EQ(ModelFile::open(registry(), folder)->get_string("tokenizer.ggml.pre"), "qwen35");
 }
 
 TEST(FolderTokenizer, FolderWithoutTokenizerOpensWithoutTokenizerKeys) {

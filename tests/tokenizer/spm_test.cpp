@@ -133,7 +133,7 @@ TEST(SentencePiece, BadMetadataIsOneClearError) {
     expect_error([](FakeVocab& v) { v.token_types_as_strings(); },
                  "tokenizer.ggml.token_type: expected an array of int32");
     expect_error([](FakeVocab& v) { v.model("bert"); },
-                 "tokenizer model 'bert' is not supported yet (supported: gpt2, llama)");
+                 "tokenizer model 'bert' is not supported yet (supported: gpt2, gemma4, llama)");
 }
 
 // ---- The real Gemma 3 vocabulary ----------------------------------------------------------------------------

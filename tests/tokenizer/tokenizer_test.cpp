@@ -64,6 +64,25 @@ TEST(Tokenizer, Llama3TakesWholeWordsWithoutMerging) {
     EXPECT_EQ(Tokenizer::from_model(v.view())->encode("hi", false, true), ids_of(v, {"h", "i"}));
 }
 
+// Gemma 4's vocabulary: BPE over raw UTF-8 with spaces spelled U+2581, merges within lines only, <0xXX> byte
+// fallback, a newline run that is a token taken whole, and BOS even where the file says not to add it.
+TEST(Tokenizer, Gemma4MergesSentencePieceSpelledLines) {
+    FakeVocab v;
+    v.model("gemma4").id("tokenizer.ggml.bos_token_id", 1).flag("tokenizer.ggml.add_bos_token", false);
+    v.token("<pad>", 3).token("<bos>", 3).token("h").token("i").token("\xe2\x96\x81").token("\xc3\xa9").token("\n");
+    v.token("\n\n").token("\n\n\n").token("hi").token("\xe2\x96\x81hi").token("<0x7A>", 6);
+    v.merge("h i").merge("\xe2\x96\x81 hi").merge("\n \n");
+    const auto tok = Tokenizer::from_model(v.view());
+    EXPECT_EQ(tok->pre(), "gemma4");
+    EXPECT_TRUE(tok->add_bos());
+    EXPECT_EQ(tok->eos(), -1);  // no byte-level default of 11
+    const auto ids = tok->encode("hi hi\n\n\nz\xc3\xa9", false, false);
+    EXPECT_EQ(ids, ids_of(v, {"hi", "\xe2\x96\x81hi", "\n\n\n", "<0x7A>", "\xc3\xa9"}));
+    EXPECT_EQ(tok->decode(ids), "hi hi\n\n\nz\xc3\xa9");
+    // Merged instead of taken whole, "\n\n\n" would read as "\n\n" "\n".
+    EXPECT_EQ(tok->encode("\n\n\n\n\n", false, false), ids_of(v, {"\n\n", "\n\n", "\n"}));
+}
+
 TEST(Tokenizer, BytesMissingFromTheVocabularyAreDropped) {
     auto v = hello_vocab();
     const auto tok = Tokenizer::from_model(v.view());

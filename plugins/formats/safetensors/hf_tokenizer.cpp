@@ -21,6 +21,10 @@ constexpr std::string_view llama3_regex =
 constexpr std::string_view qwen2_regex =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen 3.5 keeps combining marks inside words.
+constexpr std::string_view qwen35_regex =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 const json* member(const json& obj, const char* key) {
     if (!obj.is_object()) return nullptr;
@@ -64,10 +68,11 @@ std::string pre_name(const json& tokenizer, const std::string& file) {
     }
     if (byte_level && !byte_level_regex && split == llama3_regex) return "llama3";
     if (byte_level && !byte_level_regex && split == qwen2_regex) return "qwen2";
+    if (byte_level && !byte_level_regex && split == qwen35_regex) return "qwen35";
     if (byte_level && byte_level_regex && !split) return single_digits ? "smollm" : "gpt-2";
     throw plugin::Failure(CELLM_ERR_UNSUPPORTED,
                           file + ": pre_tokenizer is not one cellm recognises (GPT-2 byte level, with single digits as "
-                                 "SmolLM, Llama 3 or Qwen2 split)");
+                                 "SmolLM, Llama 3, Qwen2 or Qwen 3.5 split)");
 }
 
 // "<s>" or {"content": "<s>", ...}, as tokenizer_config.json writes special tokens.
