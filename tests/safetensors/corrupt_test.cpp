@@ -127,7 +127,7 @@ const Corruption corruptions[] = {
          shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8, 0], "data_offsets": [0, 0]}})", 0));
      }, CELLM_ERR_CORRUPT, "model.safetensors", "empty or implausibly large shape"},
     {"unknown_dtype", [](const fs::path& d) { shard(d, safetensors_bytes({{"model.norm.weight", "F8_E4M3", {8}, std::vector<uint8_t>(8)}})); },
-     CELLM_ERR_UNSUPPORTED, "model.safetensors", "dtype 'F8_E4M3' (supported: F32, F16, BF16)"},
+     CELLM_ERR_UNSUPPORTED, "model.safetensors", "dtype 'F8_E4M3' (supported: F32, F16, BF16, U32)"},
     {"duplicate_tensor_in_header", [](const fs::path& d) {
          shard(d, raw_shard(R"({"model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]},)"
                             R"( "model.norm.weight": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}})", 32));

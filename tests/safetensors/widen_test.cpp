@@ -291,7 +291,7 @@ TEST_P(UnsupportedDtype, FailsInOneLineNamingFileTensorAndDtype) {
     const Outcome outcome = try_open(dir);
     EXPECT_EQ(outcome.code, CELLM_ERR_UNSUPPORTED) << outcome.message;
     EXPECT_EQ(outcome.message, (dir / "model.safetensors").string() + ": tensor 'lm_head.weight' has dtype '" + dtype +
-                                   "' (supported: F32, F16, BF16)");
+                                   "' (supported: F32, F16, BF16, U32)");
     EXPECT_EQ(outcome.message.find('\n'), std::string::npos);
 }
 

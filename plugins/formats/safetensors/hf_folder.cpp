@@ -5,6 +5,7 @@
 #include "formats/limits.h"
 #include "gemma4.h"
 #include "idefics3.h"
+#include "mlx_quantized.h"
 #include "plugin_host.hpp"
 #include "pytorch_zip.h"
 #include "qwen35.h"
@@ -234,7 +235,9 @@ HfFolder::HfFolder(const fs::path& folder) {
         throw plugin::Failure(CELLM_ERR_INVALID_ARGUMENT, folder.string() + ": not a folder (give the Hugging Face model folder)");
     }
     const fs::path config_path = folder / "config.json";
-    const HfConfig config = read_config(read_json_file(config_path), config_path.string(), meta_);
+    const json config_json = read_json_file(config_path);
+    const HfConfig config = read_config(config_json, config_path.string(), meta_);
+    const std::optional<MlxQuantization> quant = read_mlx_quantization(config_json, config_path.string());
     read_tokenizer(folder, config, meta_);
     if (config.arch == "idefics3") read_idefics3_processor(folder, meta_);
 
@@ -263,6 +266,8 @@ HfFolder::HfFolder(const fs::path& folder) {
     // plus 63 bytes of alignment, which twice its header entry outweighs (over 40 bytes even for a one-letter
     // name), so all copies fit in twice the shards' size. The dtypes are only known once the headers are read,
     // so every folder reserves that bound; it is address space only, committed as copies are made (FolderMapping).
+    // MLX's 4-bit weights become Q4A blocks of exactly their packed size with scales and biases; its 8-bit ones
+    // are widened to F32, at most four times the bytes of their codes.
     const bool permute = config.arch == "llama" || config.arch == "idefics3";
     const bool qwen35 = config.arch == "qwen35";
     const uint64_t rope_freqs_bytes = config.rope_freqs.size() * sizeof(float);
@@ -270,7 +275,8 @@ HfFolder::HfFolder(const fs::path& folder) {
     // through the memo), but never in fewer than the 16 its distinct name takes (the shortest one cellm maps,
     // lm_head.weight, and its opcode), so PyTorch shards reserve four times their size.
     mapping_ = std::make_unique<FolderMapping>(
-        paths, 2 * total + 2 * pytorch_total + (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
+        paths, 2 * total + 2 * pytorch_total + (quant && quant->bits == 8 ? 4 * total : 0) +
+                   (rope_freqs_bytes > 0 ? rope_freqs_bytes + 64 : 0));
 
     std::map<std::string, std::string, std::less<>> found;  // tensor -> shard holding it
     uint64_t tensor_bytes = 0;  // tensors may share bytes, so this can exceed the shards' size
@@ -278,12 +284,25 @@ HfFolder::HfFolder(const fs::path& folder) {
     struct Widened {
         uint64_t tensors = 0, stored = 0, served = 0;
     } widened_bf16, widened_f16;
+    // Every shard's tensors first: an MLX weight's scales and biases may lie in another shard.
+    std::vector<std::vector<ShardTensor>> shard_tensors(shards.size());
+    std::map<std::string, const ShardTensor*, std::less<>> by_name;
     for (size_t s = 0; s < shards.size(); ++s) {
         const FolderMapping::File& f = mapping_->file(s);
-        const std::vector<ShardTensor> shard_tensors = is_pytorch_zip_name(shards[s])
-                                                           ? read_pytorch_zip(paths[s], f.data, f.size)
-                                                           : read_shard(paths[s], f.data, f.size);
-        for (const ShardTensor& t : shard_tensors) {
+        shard_tensors[s] = is_pytorch_zip_name(shards[s]) ? read_pytorch_zip(paths[s], f.data, f.size)
+                                                          : read_shard(paths[s], f.data, f.size);
+        for (const ShardTensor& t : shard_tensors[s]) by_name.emplace(t.name, &t);
+    }
+    const auto companion = [&](const std::string& weight, std::string_view suffix) -> const ShardTensor* {
+        const auto it = by_name.find(weight.substr(0, weight.size() - std::string_view(".weight").size()) +
+                                     std::string(suffix));
+        return it == by_name.end() ? nullptr : it->second;
+    };
+    struct Packed {
+        uint64_t tensors = 0, stored = 0, served = 0, inexact = 0;
+    } packed_total;
+    for (size_t s = 0; s < shards.size(); ++s) {
+        for (const ShardTensor& t : shard_tensors[s]) {
             if (const auto [it, fresh] = found.emplace(t.name, shards[s]); !fresh) {
                 throw plugin::Failure(CELLM_ERR_CORRUPT, folder.string() + ": duplicate tensor '" + t.name + "' in " +
                                                              it->second + " and " + shards[s]);
@@ -301,6 +320,21 @@ HfFolder::HfFolder(const fs::path& folder) {
                                                                file_limits::max_model_bytes, " bytes"));
             }
             tensor_bytes += t.size;
+            if (quant && (t.name.ends_with(".scales") || t.name.ends_with(".biases"))) {
+                const std::string weight = t.name.substr(0, t.name.size() - 7) + ".weight";
+                const auto it = by_name.find(weight);
+                if (it != by_name.end() && it->second->type == CELLM_TYPE_I32) continue;  // read with the weight
+            }
+            std::optional<MlxWeight> mlx;
+            if (t.type == CELLM_TYPE_I32) {
+                if (!quant || !t.name.ends_with(".weight")) {
+                    throw plugin::Failure(CELLM_ERR_UNSUPPORTED,
+                                          paths[s] + ": tensor '" + t.name +
+                                              "' has dtype U32, which only the packed weights of an MLX-quantized "
+                                              "folder (config.json's \"quantization\") may have");
+                }
+                mlx = check_mlx_weight(*quant, t, companion(t.name, ".scales"), companion(t.name, ".biases"), paths[s]);
+            }
             const std::optional<std::string> name =
                 config.arch == "gemma4"   ? gemma4_tensor_name(t.name, paths[s])
                 : config.arch == "qwen35"   ? qwen35_tensor_name(t.name, paths[s])
@@ -311,21 +345,42 @@ HfFolder::HfFolder(const fs::path& folder) {
             info.struct_size = sizeof(info);
             const std::string& kept = names_.emplace_back(*name);
             info.name = {kept.data(), kept.size()};
-            const bool widen = widened(t, *name);
+            const bool widen = !mlx && widened(t, *name);
             const uint64_t elements = t.size / static_cast<uint64_t>(cellm_dtype_type_size(t.type));
-            info.type = widen ? CELLM_TYPE_F32 : t.type;
+            info.type = mlx ? mlx_served_type(*quant) : widen ? CELLM_TYPE_F32 : t.type;
             info.n_dims = static_cast<uint32_t>(t.shape.size());
             for (uint32_t d = 0; d < CELLM_MAX_DIMS; ++d) {
                 info.ne[d] = d < info.n_dims ? t.shape[info.n_dims - 1 - d] : 1;  // GGUF lists the innermost first
             }
-            info.size = widen ? elements * sizeof(float) : t.size;
+            if (mlx) info.ne[0] = static_cast<int64_t>(mlx->columns);
+            info.size = mlx ? mlx_served_bytes(*quant, *mlx) : widen ? elements * sizeof(float) : t.size;
             info.data = t.data;
             const bool is_q = name->ends_with("attn_q.weight") || name->ends_with("attn_q.bias");
             const bool is_k = name->ends_with("attn_k.weight") || name->ends_with("attn_k.bias");
             // Only the (Llama) text model's Q/K rotate; a vision encoder's (v.*) do not.
             const bool permuted = permute && (is_q || is_k) && !name->starts_with("v.");
             const bool rewritten_qwen35 = qwen35 && qwen35_rewrites(*name);
-            if (permuted || rewritten_qwen35 || widen) {
+            if (mlx) {
+                for (const ShardTensor* part : {mlx->weight, mlx->scales, mlx->biases}) {
+                    claim_bytes(rewritten, static_cast<uint64_t>(part->data - mapping_->base()), *part, paths[s]);
+                }
+                uint8_t* copy = mapping_->allocate(info.size);
+                if (permuted) {
+                    std::vector<uint8_t> rows(info.size);
+                    packed_total.inexact += write_mlx_weight(*quant, *mlx, rows.data());
+                    const ShardTensor served{t.name, info.type, {info.ne[1], info.ne[0]}, rows.data(), info.size};
+                    permute_rows(served, is_q ? config.n_head : config.n_head_kv, false, copy, paths[s]);
+                } else {
+                    packed_total.inexact += write_mlx_weight(*quant, *mlx, copy);
+                }
+                info.data = copy;
+                ++packed_total.tensors;
+                packed_total.served += info.size;
+                for (const ShardTensor* part : {mlx->weight, mlx->scales, mlx->biases}) {
+                    packed_total.stored += part->size;
+                    mapping_->release(part->data, part->size);  // served from the copy from now on
+                }
+            } else if (permuted || rewritten_qwen35 || widen) {
                 claim_bytes(rewritten, static_cast<uint64_t>(t.data - mapping_->base()), t, paths[s]);
                 uint8_t* copy = mapping_->allocate(info.size);
                 if (permuted) {
@@ -389,6 +444,19 @@ HfFolder::HfFolder(const fs::path& folder) {
     }
     mapping_->seal();
     if (permute) meta_.add_string("cellm.rope.layout", "adjacent");
+    if (packed_total.tensors > 0) {
+        plugin::log(CELLM_LOG_INFO, "safetensors",
+                    folder.string() + ": " + std::to_string(packed_total.tensors) + " MLX " +
+                        std::to_string(quant->bits) + (packed_total.tensors == 1 ? "-bit weight" : "-bit weights") +
+                        " (groups of " + std::to_string(quant->group_size) +
+                        ") served as " + (quant->bits == 8 ? "F32" : "Q4A") + ": " + byte_size(packed_total.stored) +
+                        " in the shards take " + byte_size(packed_total.served) + " of memory");
+        if (packed_total.inexact > 0) {
+            plugin::log(CELLM_LOG_WARN, "safetensors",
+                        folder.string() + ": " + std::to_string(packed_total.inexact) +
+                            " MLX scales or biases are not f16 values and were rounded to the nearest");
+        }
+    }
     if (widened_bf16.tensors + widened_f16.tensors > 0) {
         std::string counts;
         for (const auto& [w, type] : {std::pair{widened_bf16, "BF16"}, std::pair{widened_f16, "F16"}}) {

@@ -21,7 +21,8 @@ cellm_dtype parse_dtype(const std::string& dtype, const std::string& where) {
     if (dtype == "F32") return CELLM_TYPE_F32;
     if (dtype == "F16") return CELLM_TYPE_F16;
     if (dtype == "BF16") return CELLM_TYPE_BF16;
-    throw plugin::Failure(CELLM_ERR_UNSUPPORTED, where + " has dtype '" + dtype + "' (supported: F32, F16, BF16)");
+    if (dtype == "U32") return CELLM_TYPE_I32;  // MLX's packed codes, raw words (mlx_quantized.h)
+    throw plugin::Failure(CELLM_ERR_UNSUPPORTED, where + " has dtype '" + dtype + "' (supported: F32, F16, BF16, U32)");
 }
 
 uint32_t bf16_bits_to_f32(uint16_t h) { return uint32_t{h} << 16; }

@@ -12,7 +12,7 @@ namespace cellm::safetensors_plugin {
 
 struct ShardTensor {
     std::string name;             // Hugging Face's name (model.layers.0.self_attn.q_proj.weight)
-    cellm_dtype type;             // F32, F16 or BF16
+    cellm_dtype type;             // F32, F16, BF16, or I32 for U32 (MLX's packed codes)
     std::vector<int64_t> shape;   // outermost first, as PyTorch writes it
     const uint8_t* data;
     uint64_t size;
