@@ -96,6 +96,30 @@ TEST(FolderTokenizer, Qwen2SplitIsRecognised) {
     EXPECT_EQ(ModelFile::open(registry(), folder)->get_string("tokenizer.ggml.pre"), "qwen2");
 }
 
+// Newer exports (tokenizers >= 0.20, some MLX conversions) write merges as pairs, [["a", "b"], ...].
+TEST(FolderTokenizer, PairMergesReadLikeStringMerges) {
+    const fs::path gguf = gguf_model("tiny", CELLM_TYPE_F32);
+    const fs::path folder = temp_dir() / "pair-merges-hf";
+    write_hf_folder(gguf, folder, {1, true});
+    nlohmann::json tokenizer;
+    {
+        std::ifstream in(folder / "tokenizer.json");
+        tokenizer = nlohmann::json::parse(in);
+    }
+    auto& merges = tokenizer["model"]["merges"];
+    ASSERT_FALSE(merges.empty());
+    for (auto& merge : merges) {
+        const std::string text = merge.get<std::string>();
+        const size_t space = text.find(' ', 1);
+        merge = nlohmann::json::array({text.substr(0, space), text.substr(space + 1)});
+    }
+    write_json(folder / "tokenizer.json", tokenizer);
+    const auto a = Model::load(registry(), gguf);
+    const auto b = Model::load(registry(), folder);
+    const std::string text = "The 2024 answer is 42, isn't it? Yes: merges merge.";
+    EXPECT_EQ(b->tokenizer().encode(text, false, false), a->tokenizer().encode(text, false, false));
+}
+
 // Qwen 3.5's tokenizer.json splits like Qwen2's but keeps combining marks (\\p{M}) inside words.
 TEST(FolderTokenizer, Qwen35SplitIsRecognised) {
     const fs::path folder = temp_dir() / "qwen35-tokenizer-hf";
