@@ -88,7 +88,16 @@ std::unique_ptr<ModelFile> ModelFile::open(const PluginRegistry& registry, const
     std::unique_ptr<ModelFile> model(new ModelFile());
     model->format_ = plugin;
     model->path_ = path;
-    model->file_size_ = fs::is_directory(path, ec) ? 0 : fs::file_size(path, ec);
+    if (fs::is_directory(path, ec)) {
+        // A model folder's size is that of the files in it (weights, config, tokenizer).
+        for (const auto& entry : fs::directory_iterator(path, ec)) {
+            std::error_code size_ec;
+            const uint64_t size = entry.is_regular_file(size_ec) ? entry.file_size(size_ec) : 0;
+            if (!size_ec) model->file_size_ += size;
+        }
+    } else {
+        model->file_size_ = fs::file_size(path, ec);
+    }
     check(plugin->format()->open(path.c_str(), &model->file_), "cannot open model");
     model->view_.struct_size = sizeof(cellm_model_view);
     check(plugin->format()->get_view(model->file_, &model->view_), "cannot read model");

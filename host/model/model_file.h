@@ -44,7 +44,7 @@ public:
     const cellm_model_view& view() const { return view_; }
     const Plugin& format() const { return *format_; }
     const std::filesystem::path& path() const { return path_; }
-    uint64_t file_size() const { return file_size_; }
+    uint64_t file_size() const { return file_size_; }  // a folder's: the files directly in it
 
     const cellm_meta_value* find(std::string_view key) const;
     // Typed getters: nullopt when the key is absent; cellm::Error when it has another type.
