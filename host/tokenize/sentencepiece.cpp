@@ -29,9 +29,7 @@ public:
     SentencePieceEncoder(const std::unordered_map<std::string, int32_t>& ids, std::vector<float> scores, int32_t unk)
         : ids_(ids), scores_(std::move(scores)) {
         for (size_t b = 0; b < 256; ++b) {
-            std::array<char, 7> hex{};
-            std::snprintf(hex.data(), hex.size(), "<0x%02X>", static_cast<unsigned>(b));
-            byte_token_[b] = lookup(hex.data());
+            byte_token_[b] = lookup(byte_token_text(static_cast<unsigned char>(b)));
             if (byte_token_[b] < 0) byte_token_[b] = lookup(std::string(1, static_cast<char>(b)));
             if (byte_token_[b] < 0) byte_token_[b] = unk;
         }
@@ -120,6 +118,12 @@ private:
 std::unique_ptr<Tokenizer::Encoder> make_sentencepiece_encoder(const std::unordered_map<std::string, int32_t>& ids,
                                                                std::vector<float> scores, int32_t unk) {
     return std::make_unique<SentencePieceEncoder>(ids, std::move(scores), unk);
+}
+
+std::string byte_token_text(unsigned char byte) {
+    std::array<char, 7> hex{};
+    std::snprintf(hex.data(), hex.size(), "<0x%02X>", static_cast<unsigned>(byte));
+    return hex.data();
 }
 
 std::string sentencepiece_escape(std::string_view text) { return replace_all(text, " ", whitespace_marker); }

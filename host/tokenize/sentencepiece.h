@@ -20,6 +20,8 @@ namespace cellm {
 std::unique_ptr<Tokenizer::Encoder> make_sentencepiece_encoder(const std::unordered_map<std::string, int32_t>& ids,
                                                                std::vector<float> scores, int32_t unk);
 
+// The spelling of the byte token for `byte`: "<0x0A>".
+std::string byte_token_text(unsigned char byte);
 // Text as SentencePiece spells it: every space as U+2581.
 std::string sentencepiece_escape(std::string_view text);
 // A normal token's text as it reads: U+2581 back to a space.

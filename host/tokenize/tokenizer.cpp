@@ -148,9 +148,7 @@ public:
         : ids_(ids), pre_(std::move(pre)), spm_style_(pre_->traits().spm_style) {
         const auto& bytes = byte_level();
         for (size_t b = 0; b < 256; ++b) {
-            std::array<char, 7> hex{};
-            std::snprintf(hex.data(), hex.size(), "<0x%02X>", static_cast<unsigned>(b));
-            byte_token_[b] = lookup(spm_style_ ? std::string(hex.data()) : bytes.byte_text[b]);
+            byte_token_[b] = lookup(spm_style_ ? byte_token_text(static_cast<unsigned char>(b)) : bytes.byte_text[b]);
         }
         merges_.reserve(merges.size());
         for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -170,9 +168,8 @@ public:
     }
 
     void encode(std::string_view text, std::vector<int32_t>& out) const override {
-        for (const auto& word : pre_->split(spm_style_ ? sentencepiece_escape(text) : std::string(text))) {
-            encode_word(word, out);
-        }
+        const std::string escaped = spm_style_ ? sentencepiece_escape(text) : std::string();
+        for (const auto& word : pre_->split(spm_style_ ? std::string_view(escaped) : text)) encode_word(word, out);
     }
 
 private:

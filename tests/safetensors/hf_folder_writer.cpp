@@ -131,6 +131,14 @@ void write_json(const fs::path& path, const json& value) {
     if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
+fs::path write_tensor_folder(const fs::path& dir, const json& config, const std::vector<StTensor>& tensors) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    write_json(dir / "config.json", config);
+    write_bytes(dir / "model.safetensors", safetensors_bytes(tensors));
+    return dir;
+}
+
 void write_hf_folder(const fs::path& gguf_path, const fs::path& dir, const FolderOptions& options,
                      const std::function<void(StTensor&)>& transform) {
     fs::create_directories(dir);

@@ -25,6 +25,9 @@ struct StTensor {
 std::vector<uint8_t> safetensors_bytes(const std::vector<StTensor>& tensors);
 void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes);
 void write_json(const std::filesystem::path& path, const nlohmann::json& value);
+// A fresh folder `dir` holding `config` as config.json and `tensors` as model.safetensors; returns `dir`.
+std::filesystem::path write_tensor_folder(const std::filesystem::path& dir, const nlohmann::json& config,
+                                          const std::vector<StTensor>& tensors);
 
 struct FolderOptions {
     int shards = 1;          // 1: model.safetensors; more: model-0000i-of-0000n.safetensors and an index

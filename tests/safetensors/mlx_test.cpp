@@ -28,12 +28,7 @@ json config_with(const json& quantization) {
 }
 
 fs::path write_folder(const std::string& name, const json& config, const std::vector<StTensor>& tensors) {
-    const fs::path dir = temp_dir() / ("mlx-" + name);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    write_json(dir / "config.json", config);
-    write_bytes(dir / "model.safetensors", safetensors_bytes(tensors));
-    return dir;
+    return write_tensor_folder(temp_dir() / ("mlx-" + name), config, tensors);
 }
 
 // Codes of a [rows, columns] matrix packed as mlx-lm packs them: code i at bits (i * bits) % 32 of word

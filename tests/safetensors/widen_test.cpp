@@ -68,12 +68,7 @@ uint32_t f16_as_f32_bits(uint16_t h) {
 }
 
 fs::path write_folder(const std::string& name, const std::vector<StTensor>& tensors) {
-    const fs::path dir = temp_dir() / ("widen-" + name);
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    write_json(dir / "config.json", config);
-    write_bytes(dir / "model.safetensors", safetensors_bytes(tensors));
-    return dir;
+    return write_tensor_folder(temp_dir() / ("widen-" + name), config, tensors);
 }
 
 TEST(WidenBf16, EveryValueIsWidenedBitExactly) {
